@@ -1,0 +1,1341 @@
+//! Manifests: file bytes → objects and diagnostics (file, line, column).
+//!
+//! The rules are those of DESIGN.md section 5. YAML is read by `serde-saphyr` (YAML 1.2 core
+//! schema, duplicate keys rejected, `<<` merge keys applied, alias expansion under a budget)
+//! into a tree that remembers where each node came from, so every diagnostic names a line and
+//! column. JSON files go through the same parser (JSON is YAML 1.2), which gives them the same
+//! duplicate-key check and positions. This module does no I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+
+use crate::object::{self, Object, ObjectKey};
+
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The file was read but something in it was left out on purpose (e.g. a Helm values file).
+    Warning,
+    /// The revision cannot be applied.
+    Error,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        })
+    }
+}
+
+/// One finding about one place in one file. Lines and columns count from 1; column counts
+/// characters, not bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Diagnostic {
+    /// `error` or `warning`.
+    pub severity: Severity,
+    /// Path of the file inside the repository (or as given on the command line).
+    pub path: String,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column, in characters.
+    pub column: u64,
+    /// What is wrong and, where it helps, how to write it instead.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// An error at `path:line:column`.
+    pub fn error(path: &str, line: u64, column: u64, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Error,
+            path: path.to_string(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    /// A warning at `path:line:column`.
+    pub fn warning(path: &str, line: u64, column: u64, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Warning,
+            ..Self::error(path, line, column, message)
+        }
+    }
+
+    /// True for errors.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    /// `path:line:column: severity: message`, the format of `driftless validate`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.path, self.line, self.column, self.severity, self.message
+        )
+    }
+}
+
+/// An object as declared, with where it was declared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Declared {
+    /// The object, its namespace already defaulted.
+    pub object: Object,
+    /// File it came from.
+    pub path: String,
+    /// 1-based line of the document (or `List` item) that declared it.
+    pub line: u64,
+    /// 1-based column of that document.
+    pub column: u64,
+}
+
+/// The objects declared in one revision (or one set of files), and what was found on the way.
+#[derive(Clone, Debug, Default)]
+pub struct DesiredSet {
+    /// Objects by key. Each key appears once: a second declaration is an error diagnostic.
+    pub objects: BTreeMap<ObjectKey, Declared>,
+    /// Every warning and error, in file order.
+    pub diagnostics: Vec<Diagnostic>,
+    /// How many documents were skipped with a warning (not objects).
+    pub skipped: usize,
+    /// How many manifest files were read.
+    pub files: usize,
+}
+
+impl DesiredSet {
+    /// True when any diagnostic is an error: such a set must not be applied at all.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The first error, for one-line summaries.
+    pub fn first_error(&self) -> Option<&Diagnostic> {
+        self.diagnostics.iter().find(|d| d.is_error())
+    }
+}
+
+/// What parsing a set of files needs to know.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Namespace given to namespaced objects that declare none (the app's `target.namespace`).
+    pub default_namespace: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            default_namespace: "default".into(),
+        }
+    }
+}
+
+/// True for the file names driftless reads as manifests: `*.yaml`, `*.yml`, `*.json`.
+pub fn is_manifest_path(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    [".yaml", ".yml", ".json"]
+        .iter()
+        .any(|ext| name.len() > ext.len() && name.ends_with(ext))
+}
+
+/// Parses a set of files into a desired set.
+///
+/// `files` are `(path, bytes)` pairs; they are read in path order whatever order they come in.
+/// Diagnostics that were found before parsing (an unreadable symlink, say) can be passed in
+/// `prior` so they keep their place in the set.
+pub fn parse_set<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    prior: Vec<Diagnostic>,
+    opts: &Options,
+) -> DesiredSet {
+    let mut files: Vec<(&str, &[u8])> = files.into_iter().collect();
+    files.sort_by(|a, b| a.0.cmp(b.0));
+    let mut set = DesiredSet {
+        diagnostics: prior,
+        ..DesiredSet::default()
+    };
+    for (path, bytes) in files {
+        set.files += 1;
+        let parsed = parse_file(path, bytes);
+        set.skipped += parsed.skipped;
+        set.diagnostics.extend(parsed.diagnostics);
+        for mut declared in parsed.objects {
+            let obj = &mut declared.object;
+            if obj.namespace().is_empty() && !object::is_cluster_scoped(obj.group(), obj.kind()) {
+                obj.set_namespace(&opts.default_namespace);
+            }
+            let key = obj.key();
+            if let Some(first) = set.objects.get(&key) {
+                set.diagnostics.push(Diagnostic::error(
+                    &declared.path,
+                    declared.line,
+                    declared.column,
+                    format!(
+                        "{key} is declared twice: here and at {}:{}:{}; keep one of them",
+                        first.path, first.line, first.column
+                    ),
+                ));
+                continue;
+            }
+            set.objects.insert(key, declared);
+        }
+    }
+    set
+}
+
+/// What one file gave.
+#[derive(Clone, Debug, Default)]
+pub struct FileResult {
+    /// Objects, in document order, namespaces not yet defaulted.
+    pub objects: Vec<Declared>,
+    /// Warnings and errors.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Documents skipped with a warning.
+    pub skipped: usize,
+}
+
+/// Parses one file: every document becomes an object, a skip with a warning, or an error.
+///
+/// A file with a YAML syntax error gives one error at the place the parser stopped and no
+/// objects. Invalid UTF-8 is an error naming the byte offset. A leading byte-order mark is
+/// dropped; CRLF line endings are read as LF.
+pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
+    let mut out = FileResult::default();
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let offset = e.valid_up_to();
+            let (line, column) = line_column(&bytes[..offset]);
+            out.diagnostics.push(Diagnostic::error(
+                path,
+                line,
+                column,
+                format!("invalid UTF-8 at byte offset {offset}; save the file as UTF-8"),
+            ));
+            return out;
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let docs = match parse_documents(text) {
+        Ok(docs) => docs,
+        Err((line, column, message)) => {
+            out.diagnostics
+                .push(Diagnostic::error(path, line, column, message));
+            return out;
+        }
+    };
+    let mut ctx = Ctx {
+        path,
+        src: text,
+        out: &mut out,
+    };
+    if docs.is_empty() {
+        ctx.out.skipped += 1;
+        ctx.warning(
+            (1, 1),
+            "skipped: the file holds no documents (it is empty or only comments)",
+        );
+    }
+    for doc in &docs {
+        ctx.document(doc, false);
+    }
+    out
+}
+
+/// Line and column (1-based, characters) just after `prefix`.
+fn line_column(prefix: &[u8]) -> (u64, u64) {
+    let line = prefix.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let last = prefix
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(prefix, |i| &prefix[i + 1..]);
+    let column = String::from_utf8_lossy(last).chars().count() as u64 + 1;
+    (line, column)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The spanned YAML tree.
+
+/// A YAML node with the places it was used and defined (they differ for aliases).
+type Node = Spanned<NodeKind>;
+
+/// The value of a YAML node, as the parser resolved it under the YAML 1.2 core schema.
+#[derive(Debug)]
+enum NodeKind {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+impl<'de> Deserialize<'de> for NodeKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeKind;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_unit<E>(self) -> Result<NodeKind, E> {
+                Ok(NodeKind::Null)
+            }
+            fn visit_none<E>(self) -> Result<NodeKind, E> {
+                Ok(NodeKind::Null)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<NodeKind, D::Error> {
+                NodeKind::deserialize(d)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<NodeKind, E> {
+                Ok(NodeKind::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<NodeKind, E> {
+                Ok(NodeKind::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<NodeKind, E> {
+                Ok(NodeKind::UInt(v))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<NodeKind, E> {
+                i64::try_from(v)
+                    .map(NodeKind::Int)
+                    .map_err(|_| E::custom("integer out of range"))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<NodeKind, E> {
+                u64::try_from(v)
+                    .map(NodeKind::UInt)
+                    .map_err(|_| E::custom("integer out of range"))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<NodeKind, E> {
+                Ok(NodeKind::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<NodeKind, E> {
+                Ok(NodeKind::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<NodeKind, E> {
+                Ok(NodeKind::Str(v))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<NodeKind, E> {
+                String::from_utf8(v.to_vec())
+                    .map(NodeKind::Str)
+                    .map_err(|_| E::custom("binary value is not UTF-8"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<NodeKind, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = a.next_element::<Node>()? {
+                    items.push(item);
+                }
+                Ok(NodeKind::Seq(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<NodeKind, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(k) = a.next_key::<Node>()? {
+                    let v = a.next_value::<Node>()?;
+                    entries.push((k, v));
+                }
+                Ok(NodeKind::Map(entries))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parser options: YAML 1.2 core schema with only `true`/`false` as booleans, duplicate keys
+/// rejected (the default), merge keys applied (the default), and budgets large enough for
+/// generated files of many thousands of objects but still bounded.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        with_snippet: false,
+        budget: serde_saphyr::budget! {
+            max_documents: 200_000,
+            max_nodes: 20_000_000,
+            max_events: 40_000_000,
+            max_depth: 128,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 200_000,
+        },
+    }
+}
+
+/// Parses every non-empty document of a YAML stream. On failure: (line, column, message).
+fn parse_documents(text: &str) -> Result<Vec<Node>, (u64, u64, String)> {
+    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options()).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map_or((1, 1), |l| (l.line().max(1), l.column().max(1)));
+        (line, column, yaml_error_message(&e.to_string()))
+    })
+}
+
+/// The parser's message without the `line N column M:` prefix it adds (the diagnostic carries
+/// the position already) and without its hint about library options.
+fn yaml_error_message(raw: &str) -> String {
+    let mut msg = raw.trim();
+    msg = msg.strip_prefix("error: ").unwrap_or(msg);
+    if let Some(rest) = msg.strip_prefix("line ")
+        && let Some(idx) = rest.find(": ")
+        && rest[..idx].contains("column")
+    {
+        msg = &rest[idx + 2..];
+    }
+    let msg = msg.lines().next().unwrap_or(msg);
+    let msg = msg
+        .split(", set DuplicateKeyPolicy")
+        .next()
+        .unwrap_or(msg)
+        .trim();
+    if let Some(key) = msg.strip_prefix("duplicate mapping key: ") {
+        return format!("duplicate key `{key}`");
+    }
+    msg.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// From the tree to objects, with the section 5 checks.
+
+struct Ctx<'a> {
+    path: &'a str,
+    src: &'a str,
+    out: &'a mut FileResult,
+}
+
+fn pos(node: &Node) -> (u64, u64) {
+    (
+        node.referenced.line().max(1),
+        node.referenced.column().max(1),
+    )
+}
+
+fn map_get<'n>(entries: &'n [(Node, Node)], key: &str) -> Option<&'n (Node, Node)> {
+    entries
+        .iter()
+        .find(|(k, _)| matches!(&k.value, NodeKind::Str(s) if s == key))
+}
+
+fn node_type(kind: &NodeKind) -> &'static str {
+    match kind {
+        NodeKind::Null => "null",
+        NodeKind::Bool(_) => "a boolean",
+        NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => "a number",
+        NodeKind::Str(_) => "a string",
+        NodeKind::Seq(_) => "a list",
+        NodeKind::Map(_) => "a mapping",
+    }
+}
+
+/// Validation rules for `metadata.name` by kind (Kubernetes apimachinery `validation`).
+enum NameRule {
+    /// RFC 1123 label: at most 63 characters, `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
+    Label,
+    /// RFC 1123 subdomain: at most 253 characters, labels joined by dots.
+    Subdomain,
+    /// Path segment: anything but `/` and `%`, and not `.` or `..` (RBAC kinds).
+    PathSegment,
+}
+
+fn name_rule(group: &str, kind: &str) -> NameRule {
+    match (group, kind) {
+        ("", "Namespace") | ("", "Service") => NameRule::Label,
+        (
+            "rbac.authorization.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding",
+        ) => NameRule::PathSegment,
+        _ => NameRule::Subdomain,
+    }
+}
+
+fn dns1123_label_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s.len() > 63 {
+        return Some(format!(
+            "must be at most 63 characters (it has {})",
+            s.len()
+        ));
+    }
+    if s.chars().any(|c| c.is_ascii_uppercase()) {
+        return Some(format!(
+            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
+            s.to_ascii_lowercase()
+        ));
+    }
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let ok_ends = s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !ok_chars || !ok_ends {
+        return Some(
+            "must consist of lowercase letters, digits and '-', and start and end with a letter or digit (RFC 1123 label)"
+                .into(),
+        );
+    }
+    None
+}
+
+fn dns1123_subdomain_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s.len() > 253 {
+        return Some(format!(
+            "must be at most 253 characters (it has {})",
+            s.len()
+        ));
+    }
+    if s.chars().any(|c| c.is_ascii_uppercase()) {
+        return Some(format!(
+            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
+            s.to_ascii_lowercase()
+        ));
+    }
+    for part in s.split('.') {
+        let ok = !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !ok {
+            return Some(
+                "must consist of lowercase letters, digits, '-' and '.', and start and end with a letter or digit (RFC 1123 subdomain)"
+                    .into(),
+            );
+        }
+    }
+    None
+}
+
+fn path_segment_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s == "." || s == ".." {
+        return Some(format!("must not be `{s}`"));
+    }
+    if s.contains('/') || s.contains('%') {
+        return Some("must not contain '/' or '%'".into());
+    }
+    None
+}
+
+/// Label values: at most 63 characters, empty or `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
+fn label_value_error(s: &str) -> Option<String> {
+    if s.len() > 63 {
+        return Some(format!(
+            "must be at most 63 characters (it has {})",
+            s.len()
+        ));
+    }
+    if s.is_empty() {
+        return None;
+    }
+    let ok = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        None
+    } else {
+        Some("must be empty or consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
+    }
+}
+
+/// Label and annotation keys: `[prefix/]name`, prefix a DNS subdomain, name at most 63
+/// characters of `[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]`.
+fn qualified_name_error(s: &str) -> Option<String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix
+        && let Some(e) = dns1123_subdomain_error(p)
+    {
+        return Some(format!("prefix `{p}` {e}"));
+    }
+    if name.is_empty() || name.len() > 63 {
+        return Some("name part must be 1 to 63 characters".into());
+    }
+    let ok = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        None
+    } else {
+        Some("name part must consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
+    }
+}
+
+impl Ctx<'_> {
+    fn error(&mut self, at: (u64, u64), message: impl Into<String>) {
+        self.out
+            .diagnostics
+            .push(Diagnostic::error(self.path, at.0, at.1, message));
+    }
+
+    fn warning(&mut self, at: (u64, u64), message: impl Into<String>) {
+        self.out
+            .diagnostics
+            .push(Diagnostic::warning(self.path, at.0, at.1, message));
+    }
+
+    /// The source text of a scalar node where it was defined (through aliases).
+    fn raw<'s>(&'s self, node: &Node) -> Option<&'s str> {
+        let span = node.defined.span();
+        let start = span.byte_offset()? as usize;
+        let len = span.byte_len()? as usize;
+        self.src.get(start..start + len)
+    }
+
+    /// One document (or one item of a `List`): an object, a skip, or errors.
+    fn document(&mut self, doc: &Node, in_list: bool) {
+        let at = pos(doc);
+        let NodeKind::Map(entries) = &doc.value else {
+            if in_list {
+                self.error(
+                    at,
+                    format!(
+                        "a List item must be a mapping, not {}",
+                        node_type(&doc.value)
+                    ),
+                );
+            } else {
+                self.out.skipped += 1;
+                self.warning(
+                    at,
+                    format!(
+                        "skipped: the document is {}, not an object",
+                        node_type(&doc.value)
+                    ),
+                );
+            }
+            return;
+        };
+        let api_version = map_get(entries, "apiVersion");
+        let kind = map_get(entries, "kind");
+        match (api_version, kind) {
+            (None, None) => {
+                self.out.skipped += 1;
+                self.warning(
+                    at,
+                    "skipped: no `apiVersion` and `kind`, so not an object (Helm values, kustomization.yaml or CI files look like this)",
+                );
+                return;
+            }
+            (None, Some(_)) => {
+                self.error(
+                    at,
+                    "`apiVersion` is missing; an object needs both `apiVersion` and `kind` (a document with neither is skipped)",
+                );
+                return;
+            }
+            (Some(_), None) => {
+                self.error(
+                    at,
+                    "`kind` is missing; an object needs both `apiVersion` and `kind` (a document with neither is skipped)",
+                );
+                return;
+            }
+            (Some(_), Some(_)) => {}
+        }
+        let errors_before = self.error_count();
+        // Identity fields must be strings (an unrendered template is not).
+        for (field, entry) in [("apiVersion", api_version), ("kind", kind)] {
+            if let Some((_, v)) = entry {
+                self.expect_identity_string(field, v);
+            }
+        }
+        if self.error_count() > errors_before {
+            return;
+        }
+        let api_version_s = string_of(api_version);
+        let kind_s = string_of(kind);
+        if api_version_s.starts_with("kustomize.config.k8s.io/") {
+            self.out.skipped += 1;
+            self.warning(
+                at,
+                format!("skipped: {kind_s} ({api_version_s}) configures kustomize and is not an object; driftless applies plain manifests"),
+            );
+            return;
+        }
+        if api_version_s.is_empty() || kind_s.is_empty() {
+            self.error(at, "`apiVersion` and `kind` must not be empty");
+            return;
+        }
+        // A List holds objects in `items` (kubectl's `v1/List` and `*List` kinds).
+        if kind_s.ends_with("List") && !in_list {
+            if let Some((_, items)) = map_get(entries, "items") {
+                match &items.value {
+                    NodeKind::Seq(list) => {
+                        for item in list {
+                            self.document(item, true);
+                        }
+                    }
+                    NodeKind::Null => {}
+                    other => self.error(
+                        pos(items),
+                        format!(
+                            "`items` of a {kind_s} must be a list, not {}",
+                            node_type(other)
+                        ),
+                    ),
+                }
+                return;
+            }
+        }
+        let group = api_version_s
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g)
+            .to_string();
+        self.check_metadata(doc, entries, &group, &kind_s);
+        if self.error_count() > errors_before {
+            return;
+        }
+        let value = match self.to_json(doc) {
+            Some(v) => v,
+            None => return,
+        };
+        match Object::from_value(value) {
+            Ok(object) => self.out.objects.push(Declared {
+                object,
+                path: self.path.to_string(),
+                line: at.0,
+                column: at.1,
+            }),
+            Err(e) => self.error(at, e.to_string()),
+        }
+    }
+
+    fn error_count(&self) -> usize {
+        self.out.diagnostics.iter().filter(|d| d.is_error()).count()
+    }
+
+    fn expect_identity_string(&mut self, field: &str, v: &Node) {
+        if !matches!(v.value, NodeKind::Str(_)) {
+            let hint = if matches!(v.value, NodeKind::Map(_)) {
+                " (an unrendered template such as `{{ .Values.x }}` reads as a mapping; render it first)"
+            } else {
+                ""
+            };
+            self.error(
+                pos(v),
+                format!(
+                    "`{field}` must be a string, not {}{hint}",
+                    node_type(&v.value)
+                ),
+            );
+        }
+    }
+
+    fn check_metadata(&mut self, doc: &Node, entries: &[(Node, Node)], group: &str, kind: &str) {
+        let Some((_, meta)) = map_get(entries, "metadata") else {
+            self.error(
+                pos(doc),
+                format!("{kind} has no `metadata`; `metadata.name` is required"),
+            );
+            return;
+        };
+        let NodeKind::Map(meta_entries) = &meta.value else {
+            self.error(
+                pos(meta),
+                format!(
+                    "`metadata` must be a mapping, not {}",
+                    node_type(&meta.value)
+                ),
+            );
+            return;
+        };
+        match map_get(meta_entries, "name") {
+            None
+            | Some((
+                _,
+                Spanned {
+                    value: NodeKind::Null,
+                    ..
+                },
+            )) => {
+                if map_get(meta_entries, "generateName").is_some() {
+                    self.error(
+                        pos(meta),
+                        "`metadata.generateName` without `metadata.name` is not supported: a generated name would create a new object on every sync; set `metadata.name`",
+                    );
+                } else {
+                    self.error(pos(meta), format!("{kind} has no `metadata.name`"));
+                }
+            }
+            Some((_, name)) => {
+                self.expect_identity_string("metadata.name", name);
+                if let NodeKind::Str(s) = &name.value {
+                    let problem = match name_rule(group, kind) {
+                        NameRule::Label => dns1123_label_error(s),
+                        NameRule::Subdomain => dns1123_subdomain_error(s),
+                        NameRule::PathSegment => path_segment_error(s),
+                    };
+                    if let Some(p) = problem {
+                        self.error(pos(name), format!("invalid metadata.name `{s}`: {p}"));
+                    }
+                }
+            }
+        }
+        if let Some((_, ns)) = map_get(meta_entries, "namespace") {
+            match &ns.value {
+                NodeKind::Null => {}
+                NodeKind::Str(s) => {
+                    if let Some(p) = dns1123_label_error(s) {
+                        self.error(pos(ns), format!("invalid metadata.namespace `{s}`: {p}"));
+                    }
+                }
+                _ => self.expect_identity_string("metadata.namespace", ns),
+            }
+        }
+        for field in ["labels", "annotations"] {
+            let Some((_, node)) = map_get(meta_entries, field) else {
+                continue;
+            };
+            let map = match &node.value {
+                NodeKind::Null => continue,
+                NodeKind::Map(m) => m,
+                other => {
+                    self.error(
+                        pos(node),
+                        format!(
+                            "`metadata.{field}` must be a mapping, not {}",
+                            node_type(other)
+                        ),
+                    );
+                    continue;
+                }
+            };
+            for (k, v) in map {
+                let key = match &k.value {
+                    NodeKind::Str(s) => s.clone(),
+                    _ => {
+                        let raw = self.raw(k).unwrap_or("?").to_string();
+                        self.error(
+                            pos(k),
+                            format!("{field} key `{raw}` must be a string; quote it"),
+                        );
+                        continue;
+                    }
+                };
+                if let Some(p) = qualified_name_error(&key) {
+                    self.error(pos(k), format!("invalid {field} key `{key}`: {p}"));
+                }
+                match &v.value {
+                    NodeKind::Str(s) => {
+                        if field == "labels"
+                            && let Some(p) = label_value_error(s)
+                        {
+                            self.error(pos(v), format!("invalid value of label `{key}`: {p}"));
+                        }
+                    }
+                    other => {
+                        let singular = &field[..field.len() - 1];
+                        let hint = match other {
+                            NodeKind::Seq(_) | NodeKind::Map(_) => String::new(),
+                            _ => {
+                                let raw = self.raw(v).unwrap_or("").trim();
+                                format!(": write `{key}: \"{raw}\"`")
+                            }
+                        };
+                        self.error(
+                            pos(v),
+                            format!(
+                                "value of {singular} `{key}` must be a string, not {}{hint}",
+                                node_type(other)
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Converts a node to JSON, reporting ambiguous legacy numbers and non-scalar keys.
+    /// `None` when an error was reported.
+    fn to_json(&mut self, node: &Node) -> Option<Value> {
+        Some(match &node.value {
+            NodeKind::Null => Value::Null,
+            NodeKind::Bool(b) => Value::Bool(*b),
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
+                self.check_number_spelling(node)?;
+                match node.value {
+                    NodeKind::Int(i) => Value::from(i),
+                    NodeKind::UInt(u) => Value::from(u),
+                    NodeKind::Float(f) => match Number::from_f64(f) {
+                        Some(n) => Value::Number(n),
+                        None => {
+                            self.error(pos(node), "a number must be finite");
+                            return None;
+                        }
+                    },
+                    _ => unreachable!("matched above"),
+                }
+            }
+            NodeKind::Str(s) => Value::String(s.clone()),
+            NodeKind::Seq(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                let mut ok = true;
+                for item in items {
+                    match self.to_json(item) {
+                        Some(v) => out.push(v),
+                        None => ok = false,
+                    }
+                }
+                if !ok {
+                    return None;
+                }
+                Value::Array(out)
+            }
+            NodeKind::Map(entries) => {
+                let mut out = Map::with_capacity(entries.len());
+                let mut ok = true;
+                for (k, v) in entries {
+                    let key = match self.key_string(k) {
+                        Some(key) => key,
+                        None => {
+                            ok = false;
+                            continue;
+                        }
+                    };
+                    match self.to_json(v) {
+                        Some(v) => {
+                            out.insert(key, v);
+                        }
+                        None => ok = false,
+                    }
+                }
+                if !ok {
+                    return None;
+                }
+                Value::Object(out)
+            }
+        })
+    }
+
+    /// A mapping key as JSON needs it: strings as they are, other scalars as their YAML text
+    /// (as `sigs.k8s.io/yaml` does), collections rejected.
+    fn key_string(&mut self, k: &Node) -> Option<String> {
+        match &k.value {
+            NodeKind::Str(s) => Some(s.clone()),
+            NodeKind::Null => Some("null".into()),
+            NodeKind::Bool(b) => Some(b.to_string()),
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
+                self.check_number_spelling(k)?;
+                Some(self.raw(k).unwrap_or_default().trim().to_string())
+            }
+            NodeKind::Seq(_) | NodeKind::Map(_) => {
+                self.error(pos(k), "a mapping key must be a scalar, not a collection");
+                None
+            }
+        }
+    }
+
+    /// Rejects number spellings that YAML 1.1 tools and YAML 1.2 read differently.
+    fn check_number_spelling(&mut self, node: &Node) -> Option<()> {
+        let Some(raw) = self.raw(node).map(str::trim) else {
+            return Some(());
+        };
+        if let Some(problem) = ambiguous_number(raw) {
+            self.error(pos(node), problem);
+            return None;
+        }
+        Some(())
+    }
+}
+
+fn string_of(entry: Option<&(Node, Node)>) -> String {
+    match entry {
+        Some((
+            _,
+            Spanned {
+                value: NodeKind::Str(s),
+                ..
+            },
+        )) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Explains a plain number whose meaning differs between YAML 1.1 and YAML 1.2, or `None`.
+///
+/// - `0755`, `-012`: YAML 1.2 reads decimal 755; YAML 1.1 (PyYAML, Go's yaml.v2, kubectl of old)
+///   reads octal 493.
+/// - `0o755`: YAML 1.2 octal 493; YAML 1.1 reads the string `"0o755"`.
+/// - `0b101`, `1_000`: YAML 1.1 integers; YAML 1.2 core reads strings.
+pub fn ambiguous_number(raw: &str) -> Option<String> {
+    let unsigned = raw.trim_start_matches(['-', '+']);
+    let digits_only = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    if unsigned.len() > 1 && unsigned.starts_with('0') && digits_only(unsigned) {
+        let decimal = unsigned.trim_start_matches('0');
+        let decimal = if decimal.is_empty() { "0" } else { decimal };
+        let octal = i64::from_str_radix(unsigned, 8)
+            .map(|v| format!(", `{v}` for the octal value"))
+            .unwrap_or_default();
+        return Some(format!(
+            "ambiguous number `{raw}`: YAML 1.2 reads it as decimal {decimal} but YAML 1.1 tools read a leading zero as octal; write `\"{raw}\"` for a string, `{decimal}` for the decimal value{octal}"
+        ));
+    }
+    if let Some(rest) = unsigned.strip_prefix("0o")
+        && !rest.is_empty()
+    {
+        let value = i64::from_str_radix(&rest.replace('_', ""), 8)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| "?".into());
+        return Some(format!(
+            "ambiguous number `{raw}`: YAML 1.2 reads octal {value} but YAML 1.1 tools read a string; write `{value}` for the number or `\"{raw}\"` for a string"
+        ));
+    }
+    if let Some(rest) = unsigned.strip_prefix("0b")
+        && !rest.is_empty()
+    {
+        let value = i64::from_str_radix(&rest.replace('_', ""), 2)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| "?".into());
+        return Some(format!(
+            "ambiguous number `{raw}`: YAML 1.1 tools read binary {value} but YAML 1.2 reads a string; write `{value}` for the number or `\"{raw}\"` for a string"
+        ));
+    }
+    if unsigned.contains('_') && unsigned.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        let plain = raw.replace('_', "");
+        return Some(format!(
+            "ambiguous number `{raw}`: YAML 1.1 tools read the number {plain} but YAML 1.2 reads a string; write `{plain}` for the number or `\"{raw}\"` for a string"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn one(src: &str) -> FileResult {
+        parse_file("f.yaml", src.as_bytes())
+    }
+
+    fn errors(r: &FileResult) -> Vec<String> {
+        r.diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn only_yaml_yml_and_json_files_are_manifests() {
+        assert!(is_manifest_path("a/b.yaml"));
+        assert!(is_manifest_path("b.yml"));
+        assert!(is_manifest_path("x/y.json"));
+        assert!(!is_manifest_path("README.md"));
+        assert!(!is_manifest_path("a.yaml.bak"));
+        assert!(!is_manifest_path(".yaml"));
+    }
+
+    #[test]
+    fn multi_document_files_give_one_object_per_document_with_lines() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n# just a comment\n---\n\n---\nnull\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        let names: Vec<_> = r
+            .objects
+            .iter()
+            .map(|d| (d.object.name().to_string(), d.line))
+            .collect();
+        assert_eq!(names, vec![("a".into(), 1), ("b".into(), 11)]);
+    }
+
+    #[test]
+    fn byte_order_mark_is_dropped_and_crlf_works() {
+        let r = parse_file(
+            "f.yaml",
+            b"\xef\xbb\xbfapiVersion: v1\r\nkind: ConfigMap\r\nmetadata:\r\n  name: a\r\ndata:\r\n  k: v\r\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        assert_eq!(r.objects[0].object.get("data"), Some(&json!({"k": "v"})));
+        assert_eq!(r.objects[0].object.api_version(), "v1");
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error_with_the_byte_offset() {
+        let r = parse_file("f.yaml", b"apiVersion: v1\nkind: \xff\n");
+        assert_eq!(
+            errors(&r),
+            vec!["2:7: invalid UTF-8 at byte offset 21; save the file as UTF-8"]
+        );
+        assert!(r.objects.is_empty());
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors_with_position() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    track: a\n    track: b\n",
+        );
+        assert_eq!(errors(&r), vec!["7:5: duplicate key `track`"]);
+        assert!(r.objects.is_empty());
+    }
+
+    #[test]
+    fn yes_no_on_off_stay_strings() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  a: yes\n  b: no\n  c: on\n  d: off\n  e: true\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        assert_eq!(
+            r.objects[0].object.get("data"),
+            Some(&json!({"a": "yes", "b": "no", "c": "on", "d": "off", "e": true}))
+        );
+    }
+
+    #[test]
+    fn leading_zero_numbers_are_errors_that_say_how_to_write_them() {
+        let r = one("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  mode: 0755\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("5:9: ambiguous number `0755`"), "{e:?}");
+        assert!(e[0].contains("`\"0755\"`") && e[0].contains("`493` for the octal value"));
+        // Quoted, it is a string and fine; 0 itself and 0.5 are fine.
+        let ok = one(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  mode: \"0755\"\n  z: 0\n  f: 0.5\n  h: 0x1F\n",
+        );
+        assert!(ok.diagnostics.is_empty(), "{:?}", ok.diagnostics);
+        assert_eq!(
+            ok.objects[0].object.get("spec"),
+            Some(&json!({"mode": "0755", "z": 0, "f": 0.5, "h": 31}))
+        );
+        for bad in ["0o17", "0b101", "1_000", "-012"] {
+            let r = one(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{x: {bad}}}\n"
+            ));
+            assert_eq!(errors(&r).len(), 1, "{bad}: {:?}", r.diagnostics);
+        }
+    }
+
+    #[test]
+    fn ambiguous_number_explains_each_legacy_form() {
+        assert!(ambiguous_number("0755").unwrap().contains("octal"));
+        assert!(ambiguous_number("0o17").unwrap().contains("octal 15"));
+        assert!(ambiguous_number("0b101").unwrap().contains("binary 5"));
+        assert!(ambiguous_number("1_000").unwrap().contains("1000"));
+        assert_eq!(ambiguous_number("0"), None);
+        assert_eq!(ambiguous_number("10"), None);
+        assert_eq!(ambiguous_number("0.5"), None);
+        assert_eq!(ambiguous_number("-3"), None);
+    }
+
+    #[test]
+    fn merge_keys_and_aliases_are_applied() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  base: &b {x: \"1\", y: \"2\"}\n  more:\n    <<: *b\n    y: \"3\"\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        assert_eq!(
+            r.objects[0].object.get("data").unwrap()["more"],
+            json!({"x": "1", "y": "3"})
+        );
+    }
+
+    #[test]
+    fn alias_bombs_stop_at_the_budget() {
+        let mut src = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            src.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let r = one(&src);
+        assert_eq!(errors(&r).len(), 1, "{:?}", r.diagnostics);
+    }
+
+    #[test]
+    fn documents_without_api_version_and_kind_are_skipped_with_a_warning() {
+        let r = one("replicaCount: 2\nimage: nginx\n");
+        assert_eq!(r.skipped, 1);
+        assert_eq!(r.diagnostics.len(), 1);
+        assert_eq!(r.diagnostics[0].severity, Severity::Warning);
+        assert!(r.objects.is_empty());
+        let k = one(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [a.yaml]\n",
+        );
+        assert_eq!(k.skipped, 1);
+        assert!(!k.diagnostics[0].is_error());
+    }
+
+    #[test]
+    fn half_an_identity_is_an_error_not_a_skip() {
+        let r = one("kind: Deployment\nmetadata: {name: a}\n");
+        assert_eq!(errors(&r).len(), 1);
+        assert!(errors(&r)[0].contains("`apiVersion` is missing"));
+    }
+
+    #[test]
+    fn unrendered_templates_are_errors() {
+        let r = one("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Values.name }}\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("4:9: `metadata.name` must be a string, not a mapping"),
+            "{e:?}"
+        );
+        let k = one("apiVersion: v1\nkind: 3\nmetadata: {name: a}\n");
+        assert!(errors(&k)[0].contains("`kind` must be a string, not a number"));
+    }
+
+    #[test]
+    fn names_follow_kubernetes_rules_and_are_never_changed() {
+        let r = one("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: MyConfig\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("4:9: invalid metadata.name `MyConfig`: must be lowercase"),
+            "{e:?}"
+        );
+        let svc = one("apiVersion: v1\nkind: Service\nmetadata:\n  name: a.b\n");
+        assert!(errors(&svc)[0].contains("RFC 1123 label"));
+        let cm = one("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a.b\n");
+        assert!(cm.diagnostics.is_empty());
+        let rbac = one(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: system:aggregate-to-view\n",
+        );
+        assert!(rbac.diagnostics.is_empty(), "{:?}", rbac.diagnostics);
+        let long = one(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: {}\n",
+            "n".repeat(64)
+        ));
+        assert!(errors(&long)[0].contains("at most 63"));
+    }
+
+    #[test]
+    fn label_and_annotation_values_must_be_strings() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    version: 1.20\n  annotations:\n    enabled: true\n",
+        );
+        let e = errors(&r);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(
+            e[0],
+            "6:14: value of label `version` must be a string, not a number: write `version: \"1.20\"`"
+        );
+        assert!(
+            e[1].starts_with("8:14: value of annotation `enabled` must be a string, not a boolean")
+        );
+        let bad = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    app: \"has space\"\n",
+        );
+        assert!(errors(&bad)[0].contains("invalid value of label `app`"));
+    }
+
+    #[test]
+    fn generate_name_without_name_is_rejected() {
+        let r = one("apiVersion: batch/v1\nkind: Job\nmetadata:\n  generateName: migrate-\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("generateName"), "{e:?}");
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        let r = one("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \"unterminated\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("4:9: "), "{e:?}");
+    }
+
+    #[test]
+    fn lists_are_expanded_into_their_items() {
+        let r = one(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        let names: Vec<_> = r
+            .objects
+            .iter()
+            .map(|d| (d.object.name(), d.line))
+            .collect();
+        assert_eq!(names, vec![("a", 4), ("b", 7)]);
+    }
+
+    #[test]
+    fn json_files_parse_with_positions_and_duplicate_checks() {
+        let r = parse_file(
+            "x.json",
+            br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}"#,
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        let dup = parse_file(
+            "x.json",
+            b"{\"apiVersion\": \"v1\",\n \"kind\": \"ConfigMap\",\n \"kind\": \"Secret\"}",
+        );
+        assert_eq!(errors(&dup), vec!["3:2: duplicate key `kind`"]);
+    }
+
+    #[test]
+    fn the_same_key_twice_in_a_set_is_a_conflict_naming_both_files() {
+        let a = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n";
+        let b = b"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: default}\n";
+        let set = parse_set(
+            [("b.yaml", &b[..]), ("a.yaml", &a[..])],
+            Vec::new(),
+            &Options::default(),
+        );
+        assert!(set.has_errors());
+        let d = set.first_error().unwrap();
+        assert_eq!(d.path, "b.yaml");
+        assert_eq!(d.line, 2);
+        assert!(d.message.contains("a.yaml:1:1"), "{}", d.message);
+        assert_eq!(set.objects.len(), 1);
+    }
+
+    #[test]
+    fn namespaced_objects_get_the_default_namespace_and_cluster_scoped_do_not() {
+        let src = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: y, namespace: other}\n";
+        let set = parse_set(
+            [("a.yaml", &src[..])],
+            Vec::new(),
+            &Options {
+                default_namespace: "team".into(),
+            },
+        );
+        let keys: Vec<String> = set.objects.keys().map(|k| k.to_string()).collect();
+        assert_eq!(
+            keys,
+            vec!["ConfigMap other/y", "ConfigMap team/x", "Namespace web"]
+        );
+    }
+
+    #[test]
+    fn non_scalar_keys_are_errors_and_scalar_keys_become_text() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  80: http\n  true: t\n",
+        );
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        assert_eq!(
+            r.objects[0].object.get("data"),
+            Some(&json!({"80": "http", "true": "t"}))
+        );
+        let bad =
+            one("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  ? [a, b]\n  : x\n");
+        assert_eq!(errors(&bad).len(), 1);
+    }
+}

@@ -1,0 +1,466 @@
+//! The shared vocabulary: objects, object keys and revisions.
+//!
+//! An [`Object`] is a JSON document in the Kubernetes shape (`apiVersion`, `kind`, `metadata`,
+//! declared fields such as `spec` or `data`, and `status`). Its identity is an [`ObjectKey`]:
+//! (API group, kind, namespace, name). The version in `apiVersion` is not part of identity,
+//! as in Kubernetes, where `apps/v1` and `apps/v1beta2` name the same stored object.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The API group under which driftless keeps its own records (inventories, app status) in the
+/// same store as the objects it applies. Objects in this group are never declared from Git.
+pub const RESERVED_GROUP: &str = "driftless.io";
+
+/// `apiVersion` of driftless's own records.
+pub const RESERVED_API_VERSION: &str = "driftless.io/v1";
+
+/// Errors from reading an object's identity.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    /// The document is not a JSON/YAML mapping.
+    #[error("an object must be a mapping, not {0}")]
+    NotAMapping(&'static str),
+    /// A required identity field is absent.
+    #[error("`{0}` is missing")]
+    MissingField(&'static str),
+    /// An identity field is present but is not a string (an unrendered template, a number...).
+    #[error("`{field}` must be a string, not {found}")]
+    NotAString {
+        /// Dotted path of the field, e.g. `metadata.name`.
+        field: &'static str,
+        /// The JSON type found instead.
+        found: &'static str,
+    },
+}
+
+/// The identity of an object: (API group, kind, namespace, name).
+///
+/// `group` is empty for the core group (`v1` kinds such as `Service`), `namespace` is empty for
+/// cluster-scoped objects. Ordering is lexicographic by (group, kind, namespace, name), which
+/// is the order of keys in the store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectKey {
+    /// API group: the part of `apiVersion` before the `/`, or empty for the core group.
+    pub group: String,
+    /// Kind, e.g. `Deployment`. Case-sensitive, as in Kubernetes.
+    pub kind: String,
+    /// Namespace, or empty for cluster-scoped objects.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// Builds a key from its four parts.
+    pub fn new(
+        group: impl Into<String>,
+        kind: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `Kind.group` as kubectl prints it (`Deployment.apps`), or just `Kind` for the core group.
+    pub fn kind_group(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    /// True for driftless's own records (group [`RESERVED_GROUP`]).
+    pub fn is_reserved(&self) -> bool {
+        self.group == RESERVED_GROUP
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    /// `Deployment.apps default/frontend`, or `Namespace web` when cluster-scoped.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind_group(), self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind_group(), self.namespace, self.name)
+        }
+    }
+}
+
+/// A commit id (40 hexadecimal characters for SHA-1 repositories).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Revision(pub String);
+
+impl Revision {
+    /// The first 12 characters, for messages.
+    pub fn short(&self) -> &str {
+        self.0.get(..12).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An object: a JSON mapping whose `apiVersion`, `kind` and `metadata.name` are strings.
+///
+/// Construct it with [`Object::from_value`], which checks those fields, so the accessors for
+/// identity never fail. Key order is preserved (`serde_json`'s `preserve_order`), so an object
+/// prints in the order it was declared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Value", into = "Value")]
+pub struct Object(Map<String, Value>);
+
+impl TryFrom<Value> for Object {
+    type Error = Error;
+    fn try_from(value: Value) -> Result<Self, Error> {
+        Object::from_value(value)
+    }
+}
+
+impl From<Object> for Value {
+    fn from(o: Object) -> Value {
+        Value::Object(o.0)
+    }
+}
+
+/// The JSON type name of a value, for messages.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+impl Object {
+    /// Checks the identity fields and wraps the mapping.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotAMapping`] when `value` is not a mapping; [`Error::MissingField`] when
+    /// `apiVersion`, `kind`, `metadata` or `metadata.name` is absent; [`Error::NotAString`] when
+    /// one of them (or `metadata.namespace`) is not a string, e.g. an unrendered Helm template.
+    pub fn from_value(value: Value) -> Result<Self, Error> {
+        let Value::Object(map) = value else {
+            return Err(Error::NotAMapping(type_name(&value)));
+        };
+        for field in ["apiVersion", "kind"] {
+            match map.get(field) {
+                None | Some(Value::Null) => return Err(Error::MissingField(field)),
+                Some(Value::String(_)) => {}
+                Some(other) => {
+                    return Err(Error::NotAString {
+                        field,
+                        found: type_name(other),
+                    });
+                }
+            }
+        }
+        let meta = match map.get("metadata") {
+            None | Some(Value::Null) => return Err(Error::MissingField("metadata")),
+            Some(Value::Object(m)) => m,
+            Some(other) => {
+                return Err(Error::NotAString {
+                    field: "metadata",
+                    found: type_name(other),
+                });
+            }
+        };
+        match meta.get("name") {
+            None | Some(Value::Null) => return Err(Error::MissingField("metadata.name")),
+            Some(Value::String(_)) => {}
+            Some(other) => {
+                return Err(Error::NotAString {
+                    field: "metadata.name",
+                    found: type_name(other),
+                });
+            }
+        }
+        match meta.get("namespace") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(other) => {
+                return Err(Error::NotAString {
+                    field: "metadata.namespace",
+                    found: type_name(other),
+                });
+            }
+        }
+        Ok(Object(map))
+    }
+
+    /// Builds one of driftless's own records: `apiVersion: driftless.io/v1`, the given kind and
+    /// name, cluster-scoped, with `body` merged in at the top level.
+    pub fn reserved(kind: &str, name: &str, body: Map<String, Value>) -> Self {
+        let mut map = Map::new();
+        map.insert("apiVersion".into(), RESERVED_API_VERSION.into());
+        map.insert("kind".into(), kind.into());
+        let mut meta = Map::new();
+        meta.insert("name".into(), name.into());
+        map.insert("metadata".into(), Value::Object(meta));
+        map.extend(body);
+        Object(map)
+    }
+
+    fn str_field(&self, field: &str) -> &str {
+        self.0.get(field).and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// `apiVersion`, e.g. `apps/v1`.
+    pub fn api_version(&self) -> &str {
+        self.str_field("apiVersion")
+    }
+
+    /// API group: `apps` for `apps/v1`, empty for `v1`.
+    pub fn group(&self) -> &str {
+        match self.api_version().rsplit_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+
+    /// API version within the group: `v1` for `apps/v1`.
+    pub fn version(&self) -> &str {
+        match self.api_version().rsplit_once('/') {
+            Some((_, version)) => version,
+            None => self.api_version(),
+        }
+    }
+
+    /// `kind`.
+    pub fn kind(&self) -> &str {
+        self.str_field("kind")
+    }
+
+    /// `metadata` as a mapping.
+    pub fn metadata(&self) -> &Map<String, Value> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        self.0
+            .get("metadata")
+            .and_then(Value::as_object)
+            .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
+    }
+
+    /// `metadata` as a mutable mapping, created when absent.
+    pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
+        let entry = self
+            .0
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        match entry {
+            Value::Object(m) => m,
+            _ => unreachable!("metadata was just made a mapping"),
+        }
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.metadata()
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// `metadata.namespace`, or empty.
+    pub fn namespace(&self) -> &str {
+        self.metadata()
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// Sets `metadata.namespace`.
+    pub fn set_namespace(&mut self, namespace: &str) {
+        self.metadata_mut()
+            .insert("namespace".into(), Value::String(namespace.into()));
+    }
+
+    /// The object's identity.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(self.group(), self.kind(), self.namespace(), self.name())
+    }
+
+    /// `metadata.resourceVersion` as a number: the store revision of the object's last write.
+    /// `None` when absent or not a decimal number.
+    pub fn resource_version(&self) -> Option<u64> {
+        match self.metadata().get("resourceVersion")? {
+            Value::String(s) => s.parse().ok(),
+            Value::Number(n) => n.as_u64(),
+            _ => None,
+        }
+    }
+
+    /// `metadata.generation`, or 0 when absent.
+    pub fn generation(&self) -> u64 {
+        self.metadata()
+            .get("generation")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    }
+
+    /// The object as a JSON mapping.
+    pub fn as_map(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// The object as a mutable JSON mapping. Callers must keep `apiVersion`, `kind` and
+    /// `metadata.name` strings.
+    pub fn as_map_mut(&mut self) -> &mut Map<String, Value> {
+        &mut self.0
+    }
+
+    /// A field at the top level (`spec`, `data`, `status`, ...).
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        self.0.get(field)
+    }
+
+    /// True for core `Secret` objects, whose `data` and `stringData` values are masked
+    /// wherever driftless shows them.
+    pub fn is_secret(&self) -> bool {
+        self.group().is_empty() && self.kind() == "Secret"
+    }
+
+    /// Serializes the object as compact JSON.
+    pub fn to_json(&self) -> String {
+        // A map of JSON values always serializes.
+        serde_json::to_string(&self.0).unwrap_or_default()
+    }
+}
+
+/// True when objects of this kind have no namespace.
+///
+/// Without an API server to ask, driftless knows scope from this list of the cluster-scoped kinds
+/// of Kubernetes itself (from `kubectl api-resources --namespaced=false` on Kubernetes 1.31) and
+/// of widely used projects (cert-manager, Gateway API, Flux). Every other kind is namespaced: an
+/// object that declares no namespace gets the app's `target.namespace`. An object that declares
+/// a namespace keeps it whatever its kind.
+pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
+    const CLUSTER_SCOPED: &[(&str, &str)] = &[
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("networking.k8s.io", "IngressClass"),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        ),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+        ),
+        ("admissionregistration.k8s.io", "InitializerConfiguration"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("policy", "PodSecurityPolicy"),
+        ("extensions", "PodSecurityPolicy"),
+        ("cert-manager.io", "ClusterIssuer"),
+        ("gateway.networking.k8s.io", "GatewayClass"),
+    ];
+    CLUSTER_SCOPED
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_ignores_version_and_splits_group() {
+        let a = Object::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"}}))
+        .unwrap();
+        let b = Object::from_value(json!({"apiVersion": "apps/v1beta2", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"}}))
+        .unwrap();
+        assert_eq!(a.key(), b.key());
+        assert_eq!(a.key().to_string(), "Deployment.apps default/web");
+        let svc = Object::from_value(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}}),
+        )
+        .unwrap();
+        assert_eq!(svc.group(), "");
+        assert_eq!(svc.version(), "v1");
+        assert_eq!(svc.key().to_string(), "Namespace web");
+    }
+
+    #[test]
+    fn from_value_rejects_non_string_identity() {
+        let err = Object::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": {"x": null}}}))
+        .unwrap_err();
+        assert_eq!(
+            err,
+            Error::NotAString {
+                field: "metadata.name",
+                found: "a mapping"
+            }
+        );
+        assert_eq!(
+            Object::from_value(json!({"kind": "Pod"})).unwrap_err(),
+            Error::MissingField("apiVersion")
+        );
+        assert_eq!(
+            Object::from_value(json!([1])).unwrap_err(),
+            Error::NotAMapping("a list")
+        );
+    }
+
+    #[test]
+    fn resource_version_reads_strings_and_numbers() {
+        let mut o = Object::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+        )
+        .unwrap();
+        assert_eq!(o.resource_version(), None);
+        o.metadata_mut()
+            .insert("resourceVersion".into(), json!("42"));
+        assert_eq!(o.resource_version(), Some(42));
+    }
+
+    #[test]
+    fn scope_table_knows_core_and_rbac_kinds() {
+        assert!(is_cluster_scoped("", "Namespace"));
+        assert!(is_cluster_scoped(
+            "rbac.authorization.k8s.io",
+            "ClusterRole"
+        ));
+        assert!(!is_cluster_scoped("rbac.authorization.k8s.io", "Role"));
+        assert!(!is_cluster_scoped("apps", "Deployment"));
+    }
+}
