@@ -8,3 +8,4 @@
 pub mod diff;
 pub mod manifest;
 pub mod object;
+pub mod store;

@@ -1,0 +1,422 @@
+//! The target store: the [`Store`] trait (DESIGN.md section 4) and its backends.
+//!
+//! Every backend gives etcd's model: one store revision that only grows; each committed
+//! transaction gets the next revision and every object it writes carries
+//! `metadata.resourceVersion` = that revision; compare-and-swap on resourceVersion for puts and
+//! deletes; `metadata.generation` that goes up by one on every change outside `metadata` and
+//! `status`; and a change feed ([`Store::watch`]) in revision order that resumes from a revision
+//! and asks for a relist when that history is gone.
+//!
+//! Backends: [`sqlite`] (the embedded default: one file, WAL, a change-log table polled
+//! cheaply so writes from other processes are seen) and [`memory`] (tests).
+
+pub mod memory;
+pub mod sqlite;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::object::{Object, ObjectKey};
+
+/// Errors from a store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A compare-and-swap precondition did not hold: the object changed (or appeared, or went)
+    /// since it was read. Nothing of the transaction was written.
+    #[error("conflict on {key}: expected {expected}, found {found}")]
+    Conflict {
+        /// The object whose precondition failed.
+        key: ObjectKey,
+        /// What the writer expected, e.g. `resourceVersion 12` or `absent`.
+        expected: String,
+        /// What the store holds, e.g. `resourceVersion 14` or `absent`.
+        found: String,
+    },
+    /// The watch asked for history that has been compacted away; relist and watch from the
+    /// listing's revision.
+    #[error("revision {requested} has been compacted (oldest kept: {oldest})")]
+    Compacted {
+        /// The revision asked for.
+        requested: u64,
+        /// The oldest revision whose changes are still kept.
+        oldest: u64,
+    },
+    /// A stored value is not a valid object.
+    #[error("stored value of {key} is not a valid object")]
+    Corrupt {
+        /// The object's key.
+        key: ObjectKey,
+        /// Why it does not parse.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The backend failed (I/O, locking, a lost connection).
+    #[error("store backend failed during {op}")]
+    Backend {
+        /// The operation, e.g. `commit`, `open`.
+        op: &'static str,
+        /// The backend's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Result alias for store operations.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A compare-and-swap condition on a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// Write whatever the store holds (an out-of-band writer such as `driftless store put`).
+    Any,
+    /// The object must not exist (create).
+    Absent,
+    /// The object must exist with exactly this resourceVersion.
+    ResourceVersion(u64),
+}
+
+impl Precondition {
+    /// The precondition that expects exactly `current`: its resourceVersion, or absence.
+    pub fn matching(current: Option<&Object>) -> Self {
+        match current.and_then(Object::resource_version) {
+            Some(rv) => Precondition::ResourceVersion(rv),
+            None => Precondition::Absent,
+        }
+    }
+
+    /// Checks this precondition against what the store holds for `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] when it does not hold.
+    pub fn check(self, key: &ObjectKey, current: Option<&Object>) -> Result<()> {
+        let found_rv = current.and_then(Object::resource_version);
+        let ok = match self {
+            Precondition::Any => true,
+            Precondition::Absent => current.is_none(),
+            Precondition::ResourceVersion(rv) => found_rv == Some(rv),
+        };
+        if ok {
+            return Ok(());
+        }
+        let describe = |rv: Option<u64>, exists: bool| match (exists, rv) {
+            (false, _) => "absent".to_string(),
+            (true, Some(rv)) => format!("resourceVersion {rv}"),
+            (true, None) => "present".to_string(),
+        };
+        Err(Error::Conflict {
+            key: key.clone(),
+            expected: match self {
+                Precondition::Any => "anything".into(),
+                Precondition::Absent => "absent".into(),
+                Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
+            },
+            found: describe(found_rv, current.is_some()),
+        })
+    }
+}
+
+/// One write of a transaction.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Store `object` under its key (replacing what is there), if `precondition` holds.
+    Put {
+        /// The object. Store-set metadata in it (`resourceVersion`, `generation`,
+        /// `creationTimestamp`) is replaced by the store.
+        object: Object,
+        /// The compare-and-swap condition.
+        precondition: Precondition,
+    },
+    /// Remove the object under `key`, if `precondition` holds. Deleting an absent object with
+    /// [`Precondition::Any`] is a no-op.
+    Delete {
+        /// The object to remove.
+        key: ObjectKey,
+        /// The compare-and-swap condition.
+        precondition: Precondition,
+    },
+}
+
+impl Write {
+    /// The key this write touches.
+    pub fn key(&self) -> ObjectKey {
+        match self {
+            Write::Put { object, .. } => object.key(),
+            Write::Delete { key, .. } => key.clone(),
+        }
+    }
+}
+
+/// What a committed transaction did.
+#[derive(Clone, Debug, Default)]
+pub struct Committed {
+    /// The store revision of the transaction (0 when it wrote nothing).
+    pub revision: u64,
+    /// The stored objects, one per `Put` in write order (with the store's metadata).
+    pub stored: Vec<Object>,
+}
+
+/// Which objects a listing returns: any combination of group, kind and namespace; `None`
+/// matches everything. Objects of the reserved group are included only when `group` names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selector {
+    /// API group (empty string for core).
+    pub group: Option<String>,
+    /// Kind, exact.
+    pub kind: Option<String>,
+    /// Namespace (empty string for cluster-scoped).
+    pub namespace: Option<String>,
+}
+
+impl Selector {
+    /// True when `key` is selected.
+    pub fn matches(&self, key: &ObjectKey) -> bool {
+        let reserved_ok = !key.is_reserved() || self.group.as_deref() == Some(key.group.as_str());
+        reserved_ok
+            && self.group.as_ref().is_none_or(|g| *g == key.group)
+            && self.kind.as_ref().is_none_or(|k| *k == key.kind)
+            && self.namespace.as_ref().is_none_or(|n| *n == key.namespace)
+    }
+}
+
+/// A consistent read of many objects.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The store revision the read reflects.
+    pub revision: u64,
+    /// The objects found, by key.
+    pub objects: BTreeMap<ObjectKey, Object>,
+}
+
+/// One change of the change feed. Events carry keys, not values: read the object when its
+/// content matters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Revision of the transaction that made the change.
+    pub revision: u64,
+    /// The object changed.
+    pub key: ObjectKey,
+    /// True when the object was deleted, false when it was put.
+    pub deleted: bool,
+}
+
+/// An item of a watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchItem {
+    /// A change, in revision order.
+    Event(Event),
+    /// History between the watcher's revision and `revision` is gone (compacted, or the
+    /// watcher fell behind): relist everything it cares about, then carry on from here.
+    Relist {
+        /// The store revision the stream resumes after.
+        revision: u64,
+    },
+}
+
+/// A running watch: items arrive in revision order; dropping it stops the watch. A backend
+/// failure arrives as an `Err` item and ends the stream; watch again from the last revision
+/// seen.
+pub type Watch = mpsc::Receiver<Result<WatchItem>>;
+
+/// The store contract shared by every backend. See the module documentation.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The object under `key`, or `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] or [`Error::Corrupt`].
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Object>>;
+
+    /// The objects under `keys` that exist, read at one revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] or [`Error::Corrupt`]. A partial read is never returned.
+    async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing>;
+
+    /// Every object the selector matches, read at one revision.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] or [`Error::Corrupt`].
+    async fn list(&self, selector: &Selector) -> Result<Listing>;
+
+    /// Applies `writes` atomically as one transaction with one new revision: all or nothing.
+    /// An empty list commits nothing and returns revision 0.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] when a precondition fails (nothing is written), [`Error::Backend`].
+    async fn commit(&self, writes: Vec<Write>) -> Result<Committed>;
+
+    /// The current store revision (0 for an empty store).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`].
+    async fn revision(&self) -> Result<u64>;
+
+    /// The change feed: every change after `from_revision`, then new changes as they commit,
+    /// including those of other processes. When the changes after `from_revision` are no longer
+    /// kept, the first item is [`WatchItem::Relist`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the watch cannot start.
+    async fn watch(&self, from_revision: u64) -> Result<Watch>;
+
+    /// A short name of the backend for logs and status (`sqlite`, `memory`, ...).
+    fn backend(&self) -> &'static str;
+}
+
+/// Now as an RFC 3339 timestamp with seconds, e.g. `2026-11-29T12:00:00Z`.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// True when the two objects differ outside `metadata` and `status`: such a change bumps
+/// `metadata.generation`, as in Kubernetes.
+pub fn spec_changed(old: &Object, new: &Object) -> bool {
+    let strip = |o: &Object| {
+        o.as_map()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "metadata" && k.as_str() != "status")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<serde_json::Map<String, Value>>()
+    };
+    strip(old) != strip(new)
+}
+
+/// Sets the store-managed metadata of an object about to be stored at `revision`:
+/// `resourceVersion` (the revision, as a decimal string, as Kubernetes writes it), `generation`
+/// (1 on create; +1 when [`spec_changed`]) and `creationTimestamp` (kept from `old`, or now).
+pub fn stamp(old: Option<&Object>, mut new: Object, revision: u64) -> Object {
+    let generation = match old {
+        None => 1,
+        Some(o) if spec_changed(o, &new) => o.generation().max(1) + 1,
+        Some(o) => o.generation().max(1),
+    };
+    let created = old
+        .and_then(|o| o.metadata().get("creationTimestamp").cloned())
+        .filter(|v| !v.is_null())
+        .unwrap_or_else(|| Value::String(now_rfc3339()));
+    let meta = new.metadata_mut();
+    meta.insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
+    meta.insert("generation".into(), Value::from(generation));
+    meta.insert("creationTimestamp".into(), created);
+    new
+}
+
+/// Rejects a transaction that writes one key twice (its outcome would depend on order).
+pub(crate) fn check_distinct(writes: &[Write]) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for w in writes {
+        let key = w.key();
+        if !seen.insert(key.clone()) {
+            return Err(Error::Conflict {
+                key,
+                expected: "one write per key in a transaction".into(),
+                found: "two writes".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Parses a stored value.
+pub(crate) fn decode(key: &ObjectKey, body: &str) -> Result<Object> {
+    let value: Value = serde_json::from_str(body).map_err(|e| Error::Corrupt {
+        key: key.clone(),
+        source: Box::new(e),
+    })?;
+    Object::from_value(value).map_err(|e| Error::Corrupt {
+        key: key.clone(),
+        source: Box::new(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Object {
+        Object::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn generation_moves_only_on_changes_outside_metadata_and_status() {
+        let a = obj(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}}),
+        );
+        let s1 = stamp(None, a.clone(), 5);
+        assert_eq!(s1.generation(), 1);
+        assert_eq!(s1.resource_version(), Some(5));
+        let mut relabeled = s1.clone();
+        relabeled
+            .metadata_mut()
+            .insert("labels".into(), json!({"x": "y"}));
+        relabeled
+            .as_map_mut()
+            .insert("status".into(), json!({"ok": true}));
+        let s2 = stamp(Some(&s1), relabeled, 6);
+        assert_eq!(s2.generation(), 1);
+        assert_eq!(
+            s2.metadata()["creationTimestamp"],
+            s1.metadata()["creationTimestamp"]
+        );
+        let mut changed = s2.clone();
+        changed
+            .as_map_mut()
+            .insert("data".into(), json!({"k": "2"}));
+        assert_eq!(stamp(Some(&s2), changed, 7).generation(), 2);
+    }
+
+    #[test]
+    fn preconditions_describe_conflicts() {
+        let key = ObjectKey::new("", "ConfigMap", "d", "a");
+        let o = stamp(
+            None,
+            obj(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}}),
+            ),
+            3,
+        );
+        assert!(
+            Precondition::ResourceVersion(3)
+                .check(&key, Some(&o))
+                .is_ok()
+        );
+        let err = Precondition::ResourceVersion(2)
+            .check(&key, Some(&o))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "conflict on ConfigMap d/a: expected resourceVersion 2, found resourceVersion 3"
+        );
+        assert!(Precondition::Absent.check(&key, Some(&o)).is_err());
+        assert!(Precondition::Absent.check(&key, None).is_ok());
+        assert!(Precondition::Any.check(&key, None).is_ok());
+    }
+
+    #[test]
+    fn reserved_objects_are_listed_only_when_asked_for() {
+        let k = ObjectKey::new(crate::object::RESERVED_GROUP, "Inventory", "", "app");
+        assert!(!Selector::default().matches(&k));
+        assert!(
+            Selector {
+                group: Some(crate::object::RESERVED_GROUP.into()),
+                ..Default::default()
+            }
+            .matches(&k)
+        );
+    }
+}

@@ -1,0 +1,418 @@
+//! The embedded default store: one SQLite file in WAL mode.
+//!
+//! Tables: `objects` (one row per object: key, revision of its last write, JSON body),
+//! `changes` (the change log: one row per change, keyed by revision and position in the
+//! transaction) and `meta` (the current revision and the compaction point). A transaction of
+//! the store is one SQLite `BEGIN IMMEDIATE` transaction, so a sync's writes land together and
+//! compare-and-swap holds across processes: `driftless store put` from another process is an
+//! ordinary writer. The change feed polls `PRAGMA data_version` (a cheap counter that moves when
+//! another connection commits) and reads the change log only when it moved.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::mpsc;
+
+use super::{
+    Committed, Error, Event, Listing, Result, Selector, Store, Watch, WatchItem, Write,
+    check_distinct, decode, stamp,
+};
+use crate::object::{Object, ObjectKey};
+
+/// Tuning of a SQLite store.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How often a watch looks for new changes (default 20 ms). Each look is one
+    /// `PRAGMA data_version` unless something changed.
+    pub poll_interval: Duration,
+    /// How many revisions of change log to keep (default 10,000). A watch from an older
+    /// revision gets [`WatchItem::Relist`].
+    pub retain_revisions: u64,
+    /// How long a writer waits for another process's transaction (default 10 s).
+    pub busy_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_millis(20),
+            retain_revisions: 10_000,
+            busy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A store in one SQLite file. Cloning gives another handle on the same connection.
+#[derive(Clone)]
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Arc<Mutex<Connection>>,
+    opts: Options,
+}
+
+fn backend(op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+    move |e| Error::Backend {
+        op,
+        source: Box::new(e),
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS objects (
+    grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+    rev INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (grp, kind, ns, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changes (
+    rev INTEGER NOT NULL, seq INTEGER NOT NULL,
+    grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+    deleted INTEGER NOT NULL,
+    PRIMARY KEY (rev, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
+";
+
+fn connect(path: &Path, opts: &Options) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(opts.busy_timeout)?;
+    let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+    Ok(conn)
+}
+
+fn meta(conn: &Connection, k: &str) -> rusqlite::Result<u64> {
+    conn.prepare_cached("SELECT v FROM meta WHERE k = ?1")?
+        .query_row([k], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|v| v.unwrap_or(0) as u64)
+}
+
+fn read_one(conn: &Connection, key: &ObjectKey) -> Result<Option<Object>> {
+    let body: Option<String> = conn
+        .prepare_cached(
+            "SELECT body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+                r.get(0)
+            })
+            .optional()
+        })
+        .map_err(backend("get"))?;
+    body.map(|b| decode(key, &b)).transpose()
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file at `path`. The parent directory must exist.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the file cannot be opened or is not a driftless store.
+    pub fn open(path: &Path, opts: Options) -> Result<Self> {
+        let conn = connect(path, &opts).map_err(backend("open"))?;
+        conn.execute_batch(SCHEMA).map_err(backend("open"))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            conn: Arc::new(Mutex::new(conn)),
+            opts,
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the connection in the blocking pool.
+    async fn with_conn<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().map_err(|_| Error::Backend {
+                op,
+                source: "sqlite connection lock poisoned".into(),
+            })?;
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| Error::Backend {
+            op,
+            source: Box::new(e),
+        })?
+    }
+}
+
+fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Result<Committed> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend("commit"))?;
+    let current = meta(&tx, "revision").map_err(backend("commit"))?;
+    let revision = current + 1;
+    let mut stored = Vec::new();
+    let mut seq = 0i64;
+    for w in writes {
+        let key = w.key();
+        let old = read_one(&tx, &key)?;
+        match w {
+            Write::Put {
+                object,
+                precondition,
+            } => {
+                precondition.check(&key, old.as_ref())?;
+                let new = stamp(old.as_ref(), object, revision);
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        key.group,
+                        key.kind,
+                        key.namespace,
+                        key.name,
+                        revision as i64,
+                        new.to_json()
+                    ])
+                })
+                .map_err(backend("commit"))?;
+                stored.push(new);
+                record_change(&tx, revision, seq, &key, false)?;
+            }
+            Write::Delete { precondition, .. } => {
+                precondition.check(&key, old.as_ref())?;
+                if old.is_none() {
+                    continue;
+                }
+                tx.prepare_cached(
+                    "DELETE FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+                )
+                .and_then(|mut s| s.execute(params![key.group, key.kind, key.namespace, key.name]))
+                .map_err(backend("commit"))?;
+                record_change(&tx, revision, seq, &key, true)?;
+            }
+        }
+        seq += 1;
+    }
+    if seq == 0 {
+        // Nothing took effect (only deletes of absent objects): no new revision.
+        return Ok(Committed::default());
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO meta (k, v) VALUES ('revision', ?1)",
+        [revision as i64],
+    )
+    .map_err(backend("commit"))?;
+    if revision % retain.clamp(1, 64) == 0 && revision > retain {
+        let floor = revision - retain;
+        tx.execute("DELETE FROM changes WHERE rev <= ?1", [floor as i64])
+            .map_err(backend("compact"))?;
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (k, v) VALUES ('compacted', ?1)",
+            [floor as i64],
+        )
+        .map_err(backend("compact"))?;
+    }
+    tx.commit().map_err(backend("commit"))?;
+    Ok(Committed { revision, stored })
+}
+
+fn record_change(
+    tx: &rusqlite::Transaction<'_>,
+    revision: u64,
+    seq: i64,
+    key: &ObjectKey,
+    deleted: bool,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO changes (rev, seq, grp, kind, ns, name, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            revision as i64,
+            seq,
+            key.group,
+            key.kind,
+            key.namespace,
+            key.name,
+            deleted as i64
+        ])
+    })
+    .map_err(backend("commit"))?;
+    Ok(())
+}
+
+/// One look at the change log after `cursor`: the items to send and the new cursor.
+fn poll_changes(conn: &Connection, cursor: u64) -> Result<(Vec<WatchItem>, u64)> {
+    let tx = conn.unchecked_transaction().map_err(backend("watch"))?;
+    let compacted = meta(&tx, "compacted").map_err(backend("watch"))?;
+    let current = meta(&tx, "revision").map_err(backend("watch"))?;
+    let mut items = Vec::new();
+    let mut cursor = cursor;
+    if cursor < compacted {
+        items.push(WatchItem::Relist { revision: current });
+        return Ok((items, current));
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT rev, grp, kind, ns, name, deleted FROM changes WHERE rev > ?1 AND rev <= ?2 ORDER BY rev, seq",
+        )
+        .map_err(backend("watch"))?;
+    let rows = stmt
+        .query_map(params![cursor as i64, current as i64], |r| {
+            Ok(Event {
+                revision: r.get::<_, i64>(0)? as u64,
+                key: ObjectKey::new(
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ),
+                deleted: r.get::<_, i64>(5)? != 0,
+            })
+        })
+        .map_err(backend("watch"))?;
+    for row in rows {
+        items.push(WatchItem::Event(row.map_err(backend("watch"))?));
+    }
+    cursor = cursor.max(current);
+    Ok((items, cursor))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Object>> {
+        let key = key.clone();
+        self.with_conn("get", move |c| read_one(c, &key)).await
+    }
+
+    async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
+        let keys = keys.to_vec();
+        self.with_conn("get_many", move |c| {
+            let tx = c.transaction().map_err(backend("get_many"))?;
+            let revision = meta(&tx, "revision").map_err(backend("get_many"))?;
+            let mut objects = std::collections::BTreeMap::new();
+            for key in keys {
+                if let Some(o) = read_one(&tx, &key)? {
+                    objects.insert(key, o);
+                }
+            }
+            Ok(Listing { revision, objects })
+        })
+        .await
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Listing> {
+        let selector = selector.clone();
+        self.with_conn("list", move |c| {
+            let tx = c.transaction().map_err(backend("list"))?;
+            let revision = meta(&tx, "revision").map_err(backend("list"))?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT grp, kind, ns, name, body FROM objects
+                     WHERE (?1 IS NULL OR grp = ?1) AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR ns = ?3)
+                     ORDER BY grp, kind, ns, name",
+                )
+                .map_err(backend("list"))?;
+            let rows = stmt
+                .query_map(
+                    params![selector.group, selector.kind, selector.namespace],
+                    |r| {
+                        Ok((
+                            ObjectKey::new(
+                                r.get::<_, String>(0)?,
+                                r.get::<_, String>(1)?,
+                                r.get::<_, String>(2)?,
+                                r.get::<_, String>(3)?,
+                            ),
+                            r.get::<_, String>(4)?,
+                        ))
+                    },
+                )
+                .map_err(backend("list"))?;
+            let mut objects = std::collections::BTreeMap::new();
+            for row in rows {
+                let (key, body) = row.map_err(backend("list"))?;
+                if selector.matches(&key) {
+                    let o = decode(&key, &body)?;
+                    objects.insert(key, o);
+                }
+            }
+            Ok(Listing { revision, objects })
+        })
+        .await
+    }
+
+    async fn commit(&self, writes: Vec<Write>) -> Result<Committed> {
+        if writes.is_empty() {
+            return Ok(Committed::default());
+        }
+        check_distinct(&writes)?;
+        let retain = self.opts.retain_revisions;
+        self.with_conn("commit", move |c| commit_blocking(c, writes, retain))
+            .await
+    }
+
+    async fn revision(&self) -> Result<u64> {
+        self.with_conn("revision", |c| {
+            meta(c, "revision").map_err(backend("revision"))
+        })
+        .await
+    }
+
+    async fn watch(&self, from_revision: u64) -> Result<Watch> {
+        let conn = connect(&self.path, &self.opts).map_err(backend("watch"))?;
+        let (tx, rx) = mpsc::channel(1024);
+        let poll = self.opts.poll_interval;
+        let span =
+            tracing::info_span!("store_watch", backend = "sqlite", path = %self.path.display());
+        std::thread::Builder::new()
+            .name("sqlite-watch".into())
+            .spawn(move || {
+                let _entered = span.enter();
+                let mut cursor = from_revision;
+                let mut seen_version: Option<i64> = None;
+                while !tx.is_closed() {
+                    let version = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
+                    let version = match version {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let _ = tx.blocking_send(Err(backend("watch")(e)));
+                            return;
+                        }
+                    };
+                    if seen_version != Some(version) {
+                        seen_version = Some(version);
+                        match poll_changes(&conn, cursor) {
+                            Ok((items, next)) => {
+                                cursor = next;
+                                for item in items {
+                                    if tx.blocking_send(Ok(item)).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                let _ = tx.blocking_send(Err(e));
+                                return;
+                            }
+                        }
+                    }
+                    std::thread::sleep(poll);
+                }
+            })
+            .map_err(|e| Error::Backend {
+                op: "watch",
+                source: Box::new(e),
+            })?;
+        Ok(rx)
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}

@@ -1,0 +1,332 @@
+//! The store contract of DESIGN.md section 4, run against every backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use driftless::object::{Object, ObjectKey, RESERVED_GROUP};
+use driftless::store::{
+    self, Error, Precondition, Selector, Store, WatchItem, Write, memory::MemoryStore,
+    sqlite::SqliteStore,
+};
+use serde_json::json;
+
+fn cm(name: &str, data: serde_json::Value) -> Object {
+    Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": data}))
+    .unwrap()
+}
+
+fn put(o: Object, p: Precondition) -> Write {
+    Write::Put {
+        object: o,
+        precondition: p,
+    }
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::new("", "ConfigMap", "default", name)
+}
+
+async fn next_event(w: &mut store::Watch) -> WatchItem {
+    tokio::time::timeout(Duration::from_secs(5), w.recv())
+        .await
+        .expect("a watch item within 5 s")
+        .expect("the watch is open")
+        .expect("no backend error")
+}
+
+/// Every backend under test, fresh, with a small change-log retention so compaction shows.
+fn backends(dir: &tempfile::TempDir) -> Vec<Arc<dyn Store>> {
+    let sqlite = SqliteStore::open(
+        &dir.path().join("store.db"),
+        store::sqlite::Options {
+            retain_revisions: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    vec![Arc::new(MemoryStore::with_retention(4)), Arc::new(sqlite)]
+}
+
+#[tokio::test]
+async fn revisions_grow_and_each_write_carries_its_resource_version() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        assert_eq!(s.revision().await.unwrap(), 0, "{}", s.backend());
+        let c1 = s
+            .commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+            .await
+            .unwrap();
+        assert_eq!(c1.revision, 1);
+        let a = s.get(&key("a")).await.unwrap().unwrap();
+        assert_eq!(a.resource_version(), Some(1));
+        assert_eq!(a.generation(), 1);
+        assert!(a.metadata().get("creationTimestamp").is_some());
+        // Two objects in one transaction share its revision.
+        let c2 = s
+            .commit(vec![
+                put(cm("b", json!({})), Precondition::Absent),
+                put(cm("c", json!({})), Precondition::Absent),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(c2.revision, 2);
+        assert_eq!(c2.stored.len(), 2);
+        assert_eq!(
+            s.get(&key("c")).await.unwrap().unwrap().resource_version(),
+            Some(2)
+        );
+        assert_eq!(s.revision().await.unwrap(), 2, "{}", s.backend());
+    }
+}
+
+#[tokio::test]
+async fn generation_counts_spec_changes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+            .await
+            .unwrap();
+        let mut a = s.get(&key("a")).await.unwrap().unwrap();
+        a.metadata_mut().insert("labels".into(), json!({"x": "y"}));
+        a.as_map_mut()
+            .insert("status".into(), json!({"seen": true}));
+        s.commit(vec![put(a, Precondition::ResourceVersion(1))])
+            .await
+            .unwrap();
+        let a = s.get(&key("a")).await.unwrap().unwrap();
+        assert_eq!(
+            (a.generation(), a.resource_version()),
+            (1, Some(2)),
+            "{}",
+            s.backend()
+        );
+        let mut b = a.clone();
+        b.as_map_mut().insert("data".into(), json!({"k": "2"}));
+        s.commit(vec![put(b, Precondition::ResourceVersion(2))])
+            .await
+            .unwrap();
+        assert_eq!(s.get(&key("a")).await.unwrap().unwrap().generation(), 2);
+    }
+}
+
+#[tokio::test]
+async fn compare_and_swap_conflicts_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+            .await
+            .unwrap();
+        // Stale resourceVersion.
+        let err = s
+            .commit(vec![
+                put(cm("b", json!({})), Precondition::Absent),
+                put(
+                    cm("a", json!({"k": "2"})),
+                    Precondition::ResourceVersion(99),
+                ),
+            ])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Conflict { .. }),
+            "{}: {err}",
+            s.backend()
+        );
+        assert!(
+            s.get(&key("b")).await.unwrap().is_none(),
+            "{}: all or nothing",
+            s.backend()
+        );
+        assert_eq!(s.revision().await.unwrap(), 1);
+        // Create over an existing object.
+        assert!(matches!(
+            s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+                .await,
+            Err(Error::Conflict { .. })
+        ));
+        // Delete with a stale resourceVersion.
+        assert!(matches!(
+            s.commit(vec![Write::Delete {
+                key: key("a"),
+                precondition: Precondition::ResourceVersion(7)
+            }])
+            .await,
+            Err(Error::Conflict { .. })
+        ));
+        // The right one works.
+        s.commit(vec![Write::Delete {
+            key: key("a"),
+            precondition: Precondition::ResourceVersion(1),
+        }])
+        .await
+        .unwrap();
+        assert!(s.get(&key("a")).await.unwrap().is_none());
+        // Deleting what is gone, unconditionally, is no write at all.
+        let c = s
+            .commit(vec![Write::Delete {
+                key: key("a"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(c.revision, 0);
+        assert_eq!(s.revision().await.unwrap(), 2, "{}", s.backend());
+    }
+}
+
+#[tokio::test]
+async fn listing_selects_by_group_kind_and_namespace_and_hides_reserved_records() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        let dep = Object::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "prod"}}))
+        .unwrap();
+        let rec = Object::reserved("Inventory", "app", Default::default());
+        s.commit(vec![
+            put(cm("a", json!({})), Precondition::Any),
+            put(dep, Precondition::Any),
+            put(rec, Precondition::Any),
+        ])
+        .await
+        .unwrap();
+        let all = s.list(&Selector::default()).await.unwrap();
+        assert_eq!(all.objects.len(), 2, "{}", s.backend());
+        assert_eq!(all.revision, 1);
+        let apps = s
+            .list(&Selector {
+                group: Some("apps".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(apps.objects.keys().next().unwrap().name, "web");
+        let ns = s
+            .list(&Selector {
+                namespace: Some("default".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(ns.objects.len(), 1);
+        let reserved = s
+            .list(&Selector {
+                group: Some(RESERVED_GROUP.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(reserved.objects.len(), 1);
+        let many = s.get_many(&[key("a"), key("missing")]).await.unwrap();
+        assert_eq!(many.objects.len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn watch_replays_history_in_order_then_follows_new_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+            .await
+            .unwrap();
+        s.commit(vec![put(cm("b", json!({})), Precondition::Absent)])
+            .await
+            .unwrap();
+        let mut w = s.watch(1).await.unwrap();
+        let WatchItem::Event(e) = next_event(&mut w).await else {
+            panic!("event")
+        };
+        assert_eq!(
+            (e.revision, e.key.name.as_str(), e.deleted),
+            (2, "b", false),
+            "{}",
+            s.backend()
+        );
+        s.commit(vec![Write::Delete {
+            key: key("a"),
+            precondition: Precondition::Any,
+        }])
+        .await
+        .unwrap();
+        let WatchItem::Event(e) = next_event(&mut w).await else {
+            panic!("event")
+        };
+        assert_eq!(
+            (e.revision, e.key.name.as_str(), e.deleted),
+            (3, "a", true),
+            "{}",
+            s.backend()
+        );
+    }
+}
+
+#[tokio::test]
+async fn watch_from_compacted_history_asks_for_a_relist() {
+    let dir = tempfile::tempdir().unwrap();
+    for s in backends(&dir) {
+        for i in 0..70 {
+            s.commit(vec![put(cm("a", json!({"i": i})), Precondition::Any)])
+                .await
+                .unwrap();
+        }
+        let mut w = s.watch(0).await.unwrap();
+        let first = next_event(&mut w).await;
+        assert_eq!(first, WatchItem::Relist { revision: 70 }, "{}", s.backend());
+        s.commit(vec![put(cm("z", json!({})), Precondition::Any)])
+            .await
+            .unwrap();
+        let WatchItem::Event(e) = next_event(&mut w).await else {
+            panic!("event")
+        };
+        assert_eq!(e.revision, 71);
+    }
+}
+
+#[tokio::test]
+async fn sqlite_watch_sees_writes_of_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let agent = SqliteStore::open(&path, Default::default()).unwrap();
+    let other = SqliteStore::open(&path, Default::default()).unwrap();
+    let mut w = agent.watch(0).await.unwrap();
+    other
+        .commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let WatchItem::Event(e) = next_event(&mut w).await else {
+        panic!("event")
+    };
+    assert_eq!(e.key, key("a"));
+    // And compare-and-swap holds across connections.
+    let seen = agent.get(&key("a")).await.unwrap().unwrap();
+    other
+        .commit(vec![put(
+            cm("a", json!({"k": "other"})),
+            Precondition::ResourceVersion(1),
+        )])
+        .await
+        .unwrap();
+    let err = agent
+        .commit(vec![put(seen, Precondition::ResourceVersion(1))])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }));
+}
+
+#[tokio::test]
+async fn sqlite_store_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    {
+        let s = SqliteStore::open(&path, Default::default()).unwrap();
+        s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+            .await
+            .unwrap();
+    }
+    let s = SqliteStore::open(&path, Default::default()).unwrap();
+    assert_eq!(s.revision().await.unwrap(), 1);
+    assert_eq!(
+        s.get(&key("a")).await.unwrap().unwrap().get("data"),
+        Some(&json!({"k": "1"}))
+    );
+}
