@@ -8,4 +8,5 @@
 pub mod diff;
 pub mod manifest;
 pub mod object;
+pub mod source;
 pub mod store;

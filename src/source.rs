@@ -1,0 +1,601 @@
+//! Git sources: fetch into a bare cache, resolve refs, read manifests from tree objects.
+//!
+//! Each repository URL gets one bare repository under the cache directory
+//! (`<cache>/repos/<name>-<hash>.git`). Fetches are incremental: libgit2 negotiates with what the
+//! cache already holds, so a new commit costs only its new objects. Files are read straight from
+//! the tree objects of a commit; nothing is checked out. git2 is blocking, so every call runs
+//! in `spawn_blocking`, and one fetch per cache runs at a time.
+//!
+//! Symlinks (DESIGN.md section 5): a link is followed only when its target, resolved against
+//! the link's folder, stays inside the repository; any other link is an error diagnostic for the
+//! link's path, and its target is never read.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use git2::{AutotagOption, Direction, FetchOptions, ObjectType, Oid, Repository};
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{self, Diagnostic};
+use crate::object::Revision;
+
+/// Errors from a Git source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cache repository could not be created or opened.
+    #[error("cannot open the repository cache at {path}")]
+    CacheFailed {
+        /// The cache path.
+        path: PathBuf,
+        /// libgit2's error.
+        #[source]
+        source: git2::Error,
+    },
+    /// Listing or fetching from the remote failed (unreachable, refused, not a repository).
+    #[error("cannot fetch {url}")]
+    FetchFailed {
+        /// The repository URL as configured.
+        url: String,
+        /// libgit2's error.
+        #[source]
+        source: git2::Error,
+    },
+    /// The ref is neither a branch, a tag, a full ref name nor a commit id of the repository.
+    #[error("ref `{reference}` not found in {url}")]
+    RefNotFound {
+        /// The ref as configured (`HEAD` for the default).
+        reference: String,
+        /// The repository URL.
+        url: String,
+    },
+    /// The app's path does not exist (or is not a folder) at the revision.
+    #[error("path `{path}` does not exist at revision {revision}")]
+    PathNotFound {
+        /// The configured path.
+        path: String,
+        /// The commit.
+        revision: String,
+    },
+    /// Reading objects from the cache failed.
+    #[error("cannot read {what} from the repository cache")]
+    ReadFailed {
+        /// What was being read.
+        what: String,
+        /// libgit2's error.
+        #[source]
+        source: git2::Error,
+    },
+    /// The blocking task running git2 panicked or was cancelled.
+    #[error("git task failed")]
+    TaskFailed(#[source] tokio::task::JoinError),
+}
+
+/// Result alias for source operations.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The outcome of a fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// The commit the ref points at.
+    pub revision: Revision,
+    /// The full ref name resolved (`refs/heads/main`), or the commit id when a commit was asked.
+    pub resolved_ref: String,
+    /// Objects received by this fetch (0 when the cache already had everything): how
+    /// incremental it was.
+    pub received_objects: usize,
+}
+
+/// The manifest files of an app's path at one revision, and what was found on the way.
+#[derive(Clone, Debug, Default)]
+pub struct Files {
+    /// `(path inside the repository, contents)`, in path order.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// Symlink errors and similar, each naming the link's path.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The id of the tree at the app's path: equal ids mean equal contents.
+    pub tree_id: String,
+}
+
+/// A cache of bare repositories, one per URL.
+#[derive(Clone, Debug)]
+pub struct GitCache {
+    dir: PathBuf,
+    locks: Arc<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl GitCache {
+    /// A cache rooted at `dir` (created on first fetch).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            locks: Arc::default(),
+        }
+    }
+
+    /// Where the bare repository for `url` lives: `<dir>/repos/<last path segment>-<hash>.git`.
+    pub fn repo_path(&self, url: &str) -> PathBuf {
+        let digest = Sha256::digest(url.as_bytes());
+        let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let name: String = url
+            .trim_end_matches('/')
+            .trim_end_matches(".git")
+            .rsplit(['/', ':', '\\'])
+            .next()
+            .unwrap_or("repo")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(40)
+            .collect();
+        self.dir.join("repos").join(format!("{name}-{hash}.git"))
+    }
+
+    fn lock_for(&self, path: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(path.to_path_buf()).or_default().clone()
+    }
+
+    /// Fetches `reference` (a branch, tag, full ref name or commit id; `None` for the remote's
+    /// HEAD) from `url` into the cache and returns the commit it points at.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CacheFailed`], [`Error::FetchFailed`] (the remote could not be listed or
+    /// fetched), [`Error::RefNotFound`], [`Error::TaskFailed`]. On error the cache keeps what it
+    /// had: the last good revision can still be read.
+    pub async fn fetch(&self, url: &str, reference: Option<&str>) -> Result<Fetched> {
+        let path = self.repo_path(url);
+        let lock = self.lock_for(&path);
+        let _guard = lock.lock().await;
+        let url = url.to_string();
+        let reference = reference.map(str::to_string);
+        tokio::task::spawn_blocking(move || fetch_blocking(&path, &url, reference.as_deref()))
+            .await
+            .map_err(Error::TaskFailed)?
+    }
+
+    /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
+    /// cache of `url`. The revision must have been fetched.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PathNotFound`] when `path` is not a folder at that revision,
+    /// [`Error::ReadFailed`], [`Error::CacheFailed`], [`Error::TaskFailed`].
+    pub async fn read(&self, url: &str, revision: &Revision, path: &str) -> Result<Files> {
+        let repo_path = self.repo_path(url);
+        let revision = revision.clone();
+        let path = path.to_string();
+        tokio::task::spawn_blocking(move || {
+            let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
+                path: repo_path.clone(),
+                source,
+            })?;
+            read_files(&repo, &revision, &path)
+        })
+        .await
+        .map_err(Error::TaskFailed)?
+    }
+}
+
+fn open_or_init(path: &Path) -> Result<Repository> {
+    let cache_failed = |source| Error::CacheFailed {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.exists() {
+        Repository::open_bare(path).map_err(cache_failed)
+    } else {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| cache_failed(git2::Error::from_str(&e.to_string())))?;
+        }
+        Repository::init_bare(path).map_err(cache_failed)
+    }
+}
+
+fn looks_like_commit_id(s: &str) -> bool {
+    (7..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+fn fetch_blocking(path: &Path, url: &str, reference: Option<&str>) -> Result<Fetched> {
+    let repo = open_or_init(path)?;
+    let fetch_failed = |source| Error::FetchFailed {
+        url: url.to_string(),
+        source,
+    };
+    let not_found = || Error::RefNotFound {
+        reference: reference.unwrap_or("HEAD").to_string(),
+        url: url.to_string(),
+    };
+    // A full commit id already in the cache needs no network at all: commits are immutable.
+    if let Some(r) = reference
+        && r.len() >= 40
+        && looks_like_commit_id(r)
+        && let Ok(oid) = Oid::from_str(r)
+        && repo.find_commit(oid).is_ok()
+    {
+        return Ok(Fetched {
+            revision: Revision(oid.to_string()),
+            resolved_ref: oid.to_string(),
+            received_objects: 0,
+        });
+    }
+    let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
+    remote.connect(Direction::Fetch).map_err(fetch_failed)?;
+    let heads: Vec<(String, Oid)> = remote
+        .list()
+        .map_err(fetch_failed)?
+        .iter()
+        .map(|h| (h.name().to_string(), h.oid()))
+        .collect();
+    let default_branch = remote
+        .default_branch()
+        .ok()
+        .and_then(|b| b.as_str().ok().map(str::to_string));
+    remote.disconnect().map_err(fetch_failed)?;
+    let has = |name: &str| heads.iter().any(|(n, _)| n == name);
+    // Which remote ref to fetch, or a commit id to find among all of them.
+    let wanted: Option<String> = match reference {
+        None | Some("HEAD") => Some(default_branch.clone().ok_or_else(not_found)?),
+        Some(r) if r.starts_with("refs/") => has(r).then(|| r.to_string()),
+        Some(r) => {
+            let branch = format!("refs/heads/{r}");
+            let tag = format!("refs/tags/{r}");
+            if has(&branch) {
+                Some(branch)
+            } else if has(&tag) {
+                Some(tag)
+            } else {
+                None
+            }
+        }
+    };
+    let mut opts = FetchOptions::new();
+    opts.download_tags(AutotagOption::None);
+    opts.update_fetchhead(false);
+    let received = |remote: &git2::Remote<'_>| remote.stats().received_objects();
+    match wanted {
+        Some(name) => {
+            if !has(&name) {
+                return Err(not_found());
+            }
+            let local = local_ref(&name);
+            let spec = format!("+{name}:{local}");
+            remote
+                .fetch(&[spec.as_str()], Some(&mut opts), None)
+                .map_err(fetch_failed)?;
+            let received_objects = received(&remote);
+            let commit = repo
+                .find_reference(&local)
+                .and_then(|r| r.peel_to_commit())
+                .map_err(|source| Error::ReadFailed {
+                    what: format!("ref {name}"),
+                    source,
+                })?;
+            Ok(Fetched {
+                revision: Revision(commit.id().to_string()),
+                resolved_ref: name,
+                received_objects,
+            })
+        }
+        None => {
+            let r = reference.unwrap_or_default();
+            if !looks_like_commit_id(r) {
+                return Err(not_found());
+            }
+            // A commit id: fetch every branch and tag, then look for it.
+            remote
+                .fetch(
+                    &[
+                        "+refs/heads/*:refs/driftless/heads/*",
+                        "+refs/tags/*:refs/driftless/tags/*",
+                    ],
+                    Some(&mut opts),
+                    None,
+                )
+                .map_err(fetch_failed)?;
+            let received_objects = received(&remote);
+            let commit = repo
+                .revparse_single(r)
+                .and_then(|o| o.peel_to_commit())
+                .map_err(|_| not_found())?;
+            // Keep it reachable in the cache whatever happens to the branches.
+            let pin = format!("refs/driftless/commits/{}", commit.id());
+            repo.reference(&pin, commit.id(), true, "driftless: pinned commit")
+                .map_err(|source| Error::ReadFailed {
+                    what: format!("commit {r}"),
+                    source,
+                })?;
+            Ok(Fetched {
+                revision: Revision(commit.id().to_string()),
+                resolved_ref: commit.id().to_string(),
+                received_objects,
+            })
+        }
+    }
+}
+
+/// Where a remote ref is kept in the cache: `refs/heads/x` → `refs/driftless/heads/x`.
+fn local_ref(remote_ref: &str) -> String {
+    format!(
+        "refs/driftless/{}",
+        remote_ref.strip_prefix("refs/").unwrap_or(remote_ref)
+    )
+}
+
+/// Normalizes a slash-separated repository path, resolving `.` and `..`. `None` when it climbs
+/// above the root.
+fn normalize(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            s => parts.push(s),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+const MAX_LINK_HOPS: usize = 16;
+
+struct Walker<'r> {
+    repo: &'r Repository,
+    root: git2::Tree<'r>,
+    out: Files,
+    /// Trees on the current walk path, to stop cycles through directory symlinks.
+    stack: HashSet<Oid>,
+}
+
+fn read_files(repo: &Repository, revision: &Revision, path: &str) -> Result<Files> {
+    let read_failed = |what: &str| {
+        let what = what.to_string();
+        move |source| Error::ReadFailed { what, source }
+    };
+    let oid = Oid::from_str(&revision.0).map_err(read_failed("revision id"))?;
+    let commit = repo
+        .find_commit(oid)
+        .map_err(read_failed(&format!("commit {revision}")))?;
+    let root = commit.tree().map_err(read_failed("root tree"))?;
+    let path_not_found = || Error::PathNotFound {
+        path: path.to_string(),
+        revision: revision.0.clone(),
+    };
+    let base = normalize(path).ok_or_else(path_not_found)?;
+    let mut walker = Walker {
+        repo,
+        root: root.clone(),
+        out: Files::default(),
+        stack: HashSet::new(),
+    };
+    let tree = if base.is_empty() {
+        root
+    } else {
+        let entry = walker.resolve(&base, 0).ok_or_else(path_not_found)?;
+        match entry {
+            Resolved::Tree(t) => t,
+            Resolved::Blob(..) | Resolved::Outside(_) | Resolved::Missing | Resolved::TooDeep => {
+                return Err(path_not_found());
+            }
+        }
+    };
+    walker.out.tree_id = tree.id().to_string();
+    walker.walk(&tree, &base)?;
+    walker.out.files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(walker.out)
+}
+
+enum Resolved<'r> {
+    Tree(git2::Tree<'r>),
+    Blob(Oid),
+    /// The (normalized attempt of the) target climbs out of the repository or is absolute.
+    Outside(String),
+    /// Nothing there.
+    Missing,
+    /// Too many links in a row.
+    TooDeep,
+}
+
+impl<'r> Walker<'r> {
+    /// Resolves a repository path through any symlinks along it.
+    fn resolve(&self, path: &str, hops: usize) -> Option<Resolved<'r>> {
+        if hops > MAX_LINK_HOPS {
+            return Some(Resolved::TooDeep);
+        }
+        let mut current = self.root.clone();
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut walked = String::new();
+        for (i, seg) in segs.iter().enumerate() {
+            let Some(entry) = current.get_name(seg).map(|e| e.to_owned()) else {
+                return Some(Resolved::Missing);
+            };
+            let last = i + 1 == segs.len();
+            let here = join(&walked, seg);
+            if entry.filemode() == 0o120000 {
+                let target = self.link_target(entry.id())?;
+                let dir = walked.clone();
+                let rest = segs[i + 1..].join("/");
+                let Some(joined) = link_destination(&dir, &target) else {
+                    return Some(Resolved::Outside(target));
+                };
+                let full = if rest.is_empty() {
+                    joined
+                } else {
+                    join(&joined, &rest)
+                };
+                return self.resolve(&full, hops + 1);
+            }
+            match entry.kind() {
+                Some(ObjectType::Tree) => {
+                    current = self.repo.find_tree(entry.id()).ok()?;
+                }
+                Some(ObjectType::Blob) if last => return Some(Resolved::Blob(entry.id())),
+                _ => return Some(Resolved::Missing),
+            }
+            walked = here;
+        }
+        Some(Resolved::Tree(current))
+    }
+
+    fn link_target(&self, blob: Oid) -> Option<String> {
+        let blob = self.repo.find_blob(blob).ok()?;
+        Some(String::from_utf8_lossy(blob.content()).into_owned())
+    }
+
+    fn link_error(&mut self, path: &str, message: String) {
+        self.out
+            .diagnostics
+            .push(Diagnostic::error(path, 1, 1, message));
+    }
+
+    fn walk(&mut self, tree: &git2::Tree<'r>, prefix: &str) -> Result<()> {
+        if !self.stack.insert(tree.id()) {
+            self.link_error(
+                prefix,
+                format!(
+                    "symlink `{prefix}` leads back into a folder it is in (a cycle); remove it"
+                ),
+            );
+            return Ok(());
+        }
+        for entry in tree.iter() {
+            let Ok(name) = entry.name() else { continue };
+            let path = join(prefix, name);
+            if entry.filemode() == 0o120000 {
+                self.follow_link(&path, entry.id())?;
+                continue;
+            }
+            match entry.kind() {
+                Some(ObjectType::Tree) => {
+                    let sub =
+                        self.repo
+                            .find_tree(entry.id())
+                            .map_err(|source| Error::ReadFailed {
+                                what: format!("folder {path}"),
+                                source,
+                            })?;
+                    self.walk(&sub, &path)?;
+                }
+                Some(ObjectType::Blob) if manifest::is_manifest_path(&path) => {
+                    self.read_blob(&path, entry.id())?;
+                }
+                _ => {} // other files, and submodules (commit entries), are not manifests
+            }
+        }
+        self.stack.remove(&tree.id());
+        Ok(())
+    }
+
+    fn read_blob(&mut self, path: &str, oid: Oid) -> Result<()> {
+        let blob = self
+            .repo
+            .find_blob(oid)
+            .map_err(|source| Error::ReadFailed {
+                what: format!("file {path}"),
+                source,
+            })?;
+        self.out
+            .files
+            .push((path.to_string(), blob.content().to_vec()));
+        Ok(())
+    }
+
+    fn follow_link(&mut self, path: &str, link_blob: Oid) -> Result<()> {
+        let Some(target) = self.link_target(link_blob) else {
+            self.link_error(path, format!("cannot read symlink `{path}`"));
+            return Ok(());
+        };
+        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        let Some(dest) = link_destination(dir, &target) else {
+            self.link_error(
+                path,
+                format!("symlink `{path}` points outside the repository (`{target}`); it is not followed"),
+            );
+            return Ok(());
+        };
+        match self.resolve(&dest, 1) {
+            Some(Resolved::Tree(t)) => self.walk(&t, path),
+            Some(Resolved::Blob(oid)) => {
+                if manifest::is_manifest_path(path) {
+                    self.read_blob(path, oid)?;
+                }
+                Ok(())
+            }
+            Some(Resolved::Outside(t)) => {
+                self.link_error(
+                    path,
+                    format!("symlink `{path}` leads outside the repository (through `{t}`); it is not followed"),
+                );
+                Ok(())
+            }
+            Some(Resolved::Missing) | None => {
+                self.link_error(
+                    path,
+                    format!("symlink `{path}` points to `{target}`, which does not exist"),
+                );
+                Ok(())
+            }
+            Some(Resolved::TooDeep) => {
+                self.link_error(
+                    path,
+                    format!("symlink `{path}`: too many levels of symbolic links"),
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Where a link in folder `dir` with target `target` leads, as a repository path; `None` when
+/// the target is absolute or climbs out of the repository.
+fn link_destination(dir: &str, target: &str) -> Option<String> {
+    if target.starts_with('/') || target.starts_with('\\') || target.contains(':') {
+        return None;
+    }
+    normalize(&join(dir, target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_destinations_stay_inside_the_repository() {
+        assert_eq!(
+            link_destination("a/b", "../c.yaml").as_deref(),
+            Some("a/c.yaml")
+        );
+        assert_eq!(
+            link_destination("a", "./x/y.yaml").as_deref(),
+            Some("a/x/y.yaml")
+        );
+        assert_eq!(link_destination("a", "../../etc/passwd"), None);
+        assert_eq!(link_destination("", "/etc/passwd"), None);
+        assert_eq!(link_destination("a", "../b"), Some("b".into()));
+    }
+
+    #[test]
+    fn cache_paths_are_stable_and_distinct_per_url() {
+        let c = GitCache::new("/cache");
+        let a = c.repo_path("https://github.com/kubernetes/examples.git");
+        assert_eq!(a, c.repo_path("https://github.com/kubernetes/examples.git"));
+        assert!(a.to_string_lossy().contains("/repos/examples-"));
+        assert_ne!(a, c.repo_path("https://example.com/other/examples.git"));
+    }
+}

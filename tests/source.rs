@@ -1,0 +1,210 @@
+//! Git sources against real repositories made with `git`.
+
+mod common;
+
+use common::{GitRepo, configmap};
+use driftless::object::Revision;
+use driftless::source::{Error, GitCache};
+
+fn cache() -> (tempfile::TempDir, GitCache) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = GitCache::new(dir.path());
+    (dir, cache)
+}
+
+#[tokio::test]
+async fn fetches_the_remote_head_a_branch_a_tag_and_a_commit() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[("k", "1")]));
+    let first = repo.commit("first");
+    repo.git(&["tag", "-a", "v1", "-m", "v1"]);
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write("app/b.yaml", configmap("b", &[]));
+    let feature = repo.commit("feature");
+    repo.git(&["checkout", "-q", "main"]);
+    let (_d, cache) = cache();
+
+    let head = cache.fetch(&repo.url(), None).await.unwrap();
+    assert_eq!(head.revision.0, first);
+    assert_eq!(head.resolved_ref, "refs/heads/main");
+    let branch = cache.fetch(&repo.url(), Some("feature")).await.unwrap();
+    assert_eq!(branch.revision.0, feature);
+    let tag = cache.fetch(&repo.url(), Some("v1")).await.unwrap();
+    assert_eq!(
+        (tag.revision.0.as_str(), tag.resolved_ref.as_str()),
+        (first.as_str(), "refs/tags/v1")
+    );
+    let by_id = cache
+        .fetch(&repo.url(), Some(&feature[..12]))
+        .await
+        .unwrap();
+    assert_eq!(by_id.revision.0, feature);
+    let full_ref = cache
+        .fetch(&repo.url(), Some("refs/heads/feature"))
+        .await
+        .unwrap();
+    assert_eq!(full_ref.revision.0, feature);
+}
+
+#[tokio::test]
+async fn file_urls_work_like_paths() {
+    let repo = GitRepo::new();
+    repo.write("a.yaml", configmap("a", &[]));
+    let id = repo.commit("c");
+    let (_d, cache) = cache();
+    let url = format!("file://{}", repo.path().display());
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, id);
+}
+
+#[tokio::test]
+async fn unknown_refs_and_unreachable_repositories_are_errors() {
+    let repo = GitRepo::new();
+    repo.write("a.yaml", configmap("a", &[]));
+    repo.commit("c");
+    let (_d, cache) = cache();
+    let err = cache.fetch(&repo.url(), Some("nope")).await.unwrap_err();
+    assert!(matches!(err, Error::RefNotFound { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!("ref `nope` not found in {}", repo.url())
+    );
+    let err = cache.fetch("/does/not/exist", None).await.unwrap_err();
+    assert!(matches!(err, Error::FetchFailed { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn fetches_are_incremental() {
+    let repo = GitRepo::new();
+    for i in 0..30 {
+        repo.write(
+            &format!("app/{i}.yaml"),
+            configmap(&format!("c{i}"), &[("i", &i.to_string())]),
+        );
+    }
+    repo.commit("many");
+    let (_d, cache) = cache();
+    let first = cache.fetch(&repo.url(), None).await.unwrap();
+    assert!(first.received_objects >= 32, "{first:?}");
+    let again = cache.fetch(&repo.url(), None).await.unwrap();
+    assert_eq!(again.received_objects, 0, "nothing new: nothing received");
+    repo.write("app/0.yaml", configmap("c0", &[("i", "changed")]));
+    let id = repo.commit("one change");
+    let next = cache.fetch(&repo.url(), None).await.unwrap();
+    assert_eq!(next.revision.0, id);
+    // The new commit, two trees (root and app/) and one blob.
+    assert_eq!(next.received_objects, 4, "{next:?}");
+}
+
+#[tokio::test]
+async fn reads_manifests_from_the_tree_in_path_order_without_a_checkout() {
+    let repo = GitRepo::new();
+    repo.write("app/z.yaml", "z")
+        .write("app/sub/a.yml", "a")
+        .write("app/b.json", "{}")
+        .write("app/README.md", "not a manifest")
+        .write("other/x.yaml", "outside the path");
+    let id = repo.commit("c");
+    let (d, cache) = cache();
+    let f = cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache.read(&repo.url(), &f.revision, "app").await.unwrap();
+    let paths: Vec<&str> = files.files.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, vec!["app/b.json", "app/sub/a.yml", "app/z.yaml"]);
+    assert!(files.diagnostics.is_empty());
+    // The cache is bare: no work tree anywhere under it.
+    let repo_path = cache.repo_path(&repo.url());
+    assert!(repo_path.join("HEAD").exists() && !repo_path.join(".git").exists());
+    assert!(!d.path().join("app").exists());
+    // The root and a missing path.
+    let all = cache
+        .read(&repo.url(), &Revision(id.clone()), "")
+        .await
+        .unwrap();
+    assert_eq!(all.files.len(), 4);
+    let err = cache
+        .read(&repo.url(), &Revision(id), "missing")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PathNotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn tree_ids_change_only_when_the_path_changes() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", "a").write("other/b.yaml", "b");
+    let c1 = repo.commit("1");
+    repo.write("other/b.yaml", "b2");
+    let c2 = repo.commit("2");
+    repo.write("app/a.yaml", "a2");
+    let c3 = repo.commit("3");
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let t = |c: String| {
+        let cache = cache.clone();
+        let url = repo.url();
+        async move { cache.read(&url, &Revision(c), "app").await.unwrap().tree_id }
+    };
+    let (t1, t2, t3) = (t(c1).await, t(c2).await, t(c3).await);
+    assert_eq!(t1, t2);
+    assert_ne!(t2, t3);
+}
+
+#[tokio::test]
+async fn symlinks_inside_the_repository_are_followed_and_others_are_errors() {
+    let repo = GitRepo::new();
+    repo.write("shared/base.yaml", "base")
+        .write("shared/dir/in-dir.yaml", "in dir")
+        .write("app/real.yaml", "real")
+        .symlink("app/linked.yaml", "../shared/base.yaml")
+        .symlink("app/dirlink", "../shared/dir")
+        .symlink("app/escape.yaml", "../../etc/passwd")
+        .symlink("app/absolute.yaml", "/etc/passwd")
+        .symlink("app/dangling.yaml", "nowhere.yaml")
+        .symlink("app/loop", "..");
+    let id = repo.commit("links");
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache.read(&repo.url(), &Revision(id), "app").await.unwrap();
+    let got: Vec<(&str, &[u8])> = files
+        .files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("app/dirlink/in-dir.yaml", &b"in dir"[..]),
+            ("app/linked.yaml", &b"base"[..]),
+            ("app/loop/shared/base.yaml", &b"base"[..]),
+            ("app/loop/shared/dir/in-dir.yaml", &b"in dir"[..]),
+            ("app/real.yaml", &b"real"[..]),
+        ]
+    );
+    let diags: Vec<String> = files.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(
+        diags.iter().any(|d| d.starts_with(
+            "app/escape.yaml:1:1: error: symlink `app/escape.yaml` points outside the repository"
+        )),
+        "{diags:?}"
+    );
+    assert!(
+        diags
+            .iter()
+            .any(|d| d.starts_with("app/absolute.yaml:1:1: error:")),
+        "{diags:?}"
+    );
+    assert!(
+        diags
+            .iter()
+            .any(|d| d.contains("app/dangling.yaml") && d.contains("does not exist")),
+        "{diags:?}"
+    );
+    // `app/loop` leads to the root, which holds `app` again: followed until the cycle.
+    assert!(
+        diags
+            .iter()
+            .any(|d| d.starts_with("app/loop/app:1:1: error:") && d.contains("cycle")),
+        "{diags:?}"
+    );
+    // Nothing outside the repository was read.
+    assert!(!files.files.iter().any(|(_, b)| b.starts_with(b"root:")));
+}
