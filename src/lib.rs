@@ -5,6 +5,7 @@
 //! [`object`], [`manifest`] and [`diff`] are pure: no I/O, no async. Effects live in
 //! [`source`] (Git), [`store`] (the target store) and the [`cli`].
 
+pub mod config;
 pub mod diff;
 pub mod manifest;
 pub mod object;
