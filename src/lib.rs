@@ -7,7 +7,10 @@
 
 pub mod config;
 pub mod diff;
+pub mod health;
 pub mod manifest;
 pub mod object;
 pub mod source;
+pub mod status;
 pub mod store;
+pub mod sync;

@@ -1,0 +1,313 @@
+//! The app status record: what the agent found, in the JSON shape of DESIGN.md section 7.
+//!
+//! The agent keeps one `AppStatus` record per app in the store under the reserved API group
+//! (`driftless.io/v1`, kind `AppStatus`, cluster-scoped, named after the app), so
+//! `driftless status` works from any process. Conditions follow Kubernetes'
+//! `metav1.Condition` (`type`, `status`, `reason`, `message`, `lastTransitionTime`), and
+//! [`set_condition`] moves `lastTransitionTime` only when the status changes, as
+//! `meta.SetStatusCondition` does.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::health::Health;
+use crate::manifest::Diagnostic;
+use crate::object::{Object, ObjectKey, RESERVED_GROUP};
+use crate::store::{self, Precondition, Selector, Store, Write};
+
+/// Kind of the status records.
+pub const KIND: &str = "AppStatus";
+
+/// Whether the store matches Git.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncStatus {
+    /// Every declared object matches Git's newest usable revision and nothing awaits pruning.
+    Synced,
+    /// Some object differs from Git (drift not reverted, a conflict, a delete not done).
+    OutOfSync,
+    /// The newest revision cannot be compared: the source is unavailable or its manifests
+    /// do not parse.
+    Unknown,
+}
+
+impl std::fmt::Display for SyncStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A condition, as Kubernetes' `metav1.Condition`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Ready`, `Reconciling`, `SourceAvailable`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase reason, e.g. `Synced`, `InvalidManifest`.
+    pub reason: String,
+    /// A sentence for people.
+    pub message: String,
+    /// RFC 3339 time of the last change of `status`.
+    pub last_transition_time: String,
+}
+
+/// One object of an app.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    /// API group, empty for core.
+    pub group: String,
+    /// Version from the declared `apiVersion`.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, empty for cluster-scoped.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Whether it matches Git.
+    pub sync: SyncStatus,
+    /// Its health.
+    pub health: Health,
+    /// Why it is out of sync, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl ResourceStatus {
+    /// The object's key.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(&self.group, &self.kind, &self.namespace, &self.name)
+    }
+}
+
+/// The status of one app, as `driftless status -o json` and `GET /api/v1/apps` give it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppStatus {
+    /// The app's name.
+    pub name: String,
+    /// The commit id in force: the last revision applied (or being enforced).
+    pub revision: Option<String>,
+    /// The newest commit tried, which may have failed.
+    pub last_attempted_revision: Option<String>,
+    /// Whether the store matches Git.
+    pub sync: SyncStatus,
+    /// The worst health of the app's objects.
+    pub health: Health,
+    /// RFC 3339 time the app last became out of sync; `null` when synced.
+    pub out_of_sync_since: Option<String>,
+    /// Conditions, kstatus-compatible.
+    pub conditions: Vec<Condition>,
+    /// Every declared object (and every object awaiting pruning).
+    pub resources: Vec<ResourceStatus>,
+    /// Warnings and errors of the newest revision tried.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl AppStatus {
+    /// The status of an app nothing is known about yet.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            revision: None,
+            last_attempted_revision: None,
+            sync: SyncStatus::Unknown,
+            health: Health::Unknown,
+            out_of_sync_since: None,
+            conditions: Vec::new(),
+            resources: Vec::new(),
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// The condition of type `type_`, if set.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// The key of this app's record in the store.
+    pub fn record_key(app: &str) -> ObjectKey {
+        ObjectKey::new(RESERVED_GROUP, KIND, "", app)
+    }
+
+    /// The record to store: `status` holds this struct.
+    pub fn to_record(&self) -> Object {
+        let mut body = serde_json::Map::new();
+        // A struct of strings, vectors and enums always serializes.
+        body.insert(
+            "status".into(),
+            serde_json::to_value(self).unwrap_or(Value::Null),
+        );
+        Object::reserved(KIND, &self.name, body)
+    }
+
+    /// Reads a record back.
+    ///
+    /// # Errors
+    ///
+    /// A `serde_json` error when `status` does not have this shape.
+    pub fn from_record(obj: &Object) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
+    }
+}
+
+/// Sets a condition; `lastTransitionTime` becomes `now` only when the status changes (or the
+/// condition is new). Returns true when anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    now: &str,
+) -> bool {
+    let status = if status { "True" } else { "False" }.to_string();
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            let changed = c.status != status || c.reason != reason || c.message != message;
+            if c.status != status {
+                c.last_transition_time = now.to_string();
+            }
+            c.status = status;
+            c.reason = reason.to_string();
+            c.message = message;
+            changed
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.to_string(),
+                status,
+                reason: reason.to_string(),
+                message,
+                last_transition_time: now.to_string(),
+            });
+            true
+        }
+    }
+}
+
+/// Reads every app status record in the store, sorted by app name.
+///
+/// # Errors
+///
+/// A store error, or [`store::Error::Corrupt`] when a record does not parse.
+pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
+    let listing = store
+        .list(&Selector {
+            group: Some(RESERVED_GROUP.into()),
+            kind: Some(KIND.into()),
+            namespace: None,
+        })
+        .await?;
+    let mut out = Vec::new();
+    for (key, obj) in listing.objects {
+        let status = AppStatus::from_record(&obj).map_err(|e| store::Error::Corrupt {
+            key,
+            source: Box::new(e),
+        })?;
+        out.push(status);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Reads one app's status record.
+///
+/// # Errors
+///
+/// As [`read_all`].
+pub async fn read(store: &dyn Store, app: &str) -> store::Result<Option<AppStatus>> {
+    let key = AppStatus::record_key(app);
+    match store.get(&key).await? {
+        None => Ok(None),
+        Some(obj) => AppStatus::from_record(&obj)
+            .map(Some)
+            .map_err(|e| store::Error::Corrupt {
+                key,
+                source: Box::new(e),
+            }),
+    }
+}
+
+/// Writes an app's status record, replacing what is there (the agent is its only writer).
+///
+/// # Errors
+///
+/// A store error.
+pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<()> {
+    store
+        .commit(vec![Write::Put {
+            object: status.to_record(),
+            precondition: Precondition::Any,
+        }])
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_status_changes() {
+        let mut c = Vec::new();
+        assert!(set_condition(&mut c, "Ready", true, "Synced", "ok", "t1"));
+        assert!(!set_condition(&mut c, "Ready", true, "Synced", "ok", "t2"));
+        assert_eq!(c[0].last_transition_time, "t1");
+        assert!(set_condition(
+            &mut c, "Ready", true, "Synced", "ok again", "t3"
+        ));
+        assert_eq!(c[0].last_transition_time, "t1");
+        assert!(set_condition(
+            &mut c,
+            "Ready",
+            false,
+            "InvalidManifest",
+            "bad",
+            "t4"
+        ));
+        assert_eq!(c[0].last_transition_time, "t4");
+        assert_eq!(c[0].status, "False");
+    }
+
+    #[test]
+    fn records_round_trip_in_the_documented_json_shape() {
+        let mut s = AppStatus::new("guestbook");
+        s.sync = SyncStatus::Synced;
+        s.health = Health::Healthy;
+        set_condition(
+            &mut s.conditions,
+            "Ready",
+            true,
+            "Synced",
+            "m",
+            "2026-11-29T12:00:00Z",
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        for key in [
+            "name",
+            "revision",
+            "lastAttemptedRevision",
+            "sync",
+            "health",
+            "outOfSyncSince",
+            "conditions",
+            "resources",
+            "diagnostics",
+        ] {
+            assert!(v.get(key).is_some(), "{key} in {v}");
+        }
+        assert_eq!(v["conditions"][0]["type"], "Ready");
+        assert_eq!(
+            v["conditions"][0]["lastTransitionTime"],
+            "2026-11-29T12:00:00Z"
+        );
+        let rec = s.to_record();
+        assert_eq!(rec.key(), AppStatus::record_key("guestbook"));
+        assert_eq!(AppStatus::from_record(&rec).unwrap(), s);
+    }
+}

@@ -1,0 +1,567 @@
+//! Sync: execute a plan against a store, with compare-and-swap, retries and prune.
+//!
+//! One sync reads the app's inventory and the live objects, plans (see [`crate::diff`]), and
+//! commits every write, the new inventory included, as one store transaction. When a
+//! compare-and-swap precondition fails (someone wrote an object between the read and the
+//! commit), nothing was written: the sync reads again and plans again, a few times, then gives
+//! up with [`Error::Conflict`] and the caller retries later.
+//!
+//! The inventory is the record of what this app applied: per object, the declaration as it was
+//! last applied. It is the basis of pruning (only inventory objects are ever deleted) and of the
+//! three-way diff. An object in another app's inventory is not applied here: it is reported as
+//! an ownership conflict on this app, never fought over.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use crate::diff::{self, Action, Plan, PlanOptions};
+use crate::object::{Object, ObjectKey, RESERVED_GROUP, Revision};
+use crate::store::{self, Precondition, Selector, Store, Write};
+
+/// Kind of the inventory records.
+pub const INVENTORY_KIND: &str = "Inventory";
+
+/// How many times a sync re-reads and re-plans after a compare-and-swap conflict.
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// Errors from a sync.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store failed while reading or writing.
+    #[error("store failed during sync")]
+    Store(#[source] store::Error),
+    /// Other writers kept changing the objects between read and commit.
+    #[error("gave up after {attempts} compare-and-swap conflicts")]
+    Conflict {
+        /// Attempts made.
+        attempts: usize,
+        /// The last conflict.
+        #[source]
+        source: store::Error,
+    },
+    /// An inventory record does not parse.
+    #[error("inventory of app {app} is unreadable")]
+    Inventory {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Result alias for sync.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What an app applied: the last-applied copy of every object, and the revision they came from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Inventory {
+    /// The app.
+    pub app: String,
+    /// The revision last applied (the revision in force).
+    pub revision: Option<Revision>,
+    /// Last-applied declarations by key.
+    pub entries: BTreeMap<ObjectKey, Object>,
+    /// resourceVersion of the stored record, for compare-and-swap; `None` when not stored yet.
+    pub resource_version: Option<u64>,
+}
+
+impl Inventory {
+    /// The key of an app's inventory record.
+    pub fn record_key(app: &str) -> ObjectKey {
+        ObjectKey::new(RESERVED_GROUP, INVENTORY_KIND, "", app)
+    }
+
+    /// The record to store: `spec.revision` and `spec.entries` (the last-applied objects).
+    pub fn to_record(&self) -> Object {
+        let mut spec = Map::new();
+        spec.insert(
+            "revision".into(),
+            self.revision
+                .as_ref()
+                .map_or(Value::Null, |r| Value::String(r.0.clone())),
+        );
+        spec.insert(
+            "entries".into(),
+            Value::Array(
+                self.entries
+                    .values()
+                    .map(|o| Value::from(o.clone()))
+                    .collect(),
+            ),
+        );
+        let mut body = Map::new();
+        body.insert("spec".into(), Value::Object(spec));
+        Object::reserved(INVENTORY_KIND, &self.app, body)
+    }
+
+    /// Reads a record back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inventory`] when an entry is not an object.
+    pub fn from_record(app: &str, obj: &Object) -> Result<Self> {
+        let spec = obj.get("spec");
+        let revision = spec
+            .and_then(|s| s.get("revision"))
+            .and_then(Value::as_str)
+            .map(|s| Revision(s.to_string()));
+        let mut entries = BTreeMap::new();
+        if let Some(list) = spec
+            .and_then(|s| s.get("entries"))
+            .and_then(Value::as_array)
+        {
+            for v in list {
+                let o = Object::from_value(v.clone()).map_err(|e| Error::Inventory {
+                    app: app.to_string(),
+                    source: Box::new(e),
+                })?;
+                entries.insert(o.key(), o);
+            }
+        }
+        Ok(Self {
+            app: app.to_string(),
+            revision,
+            entries,
+            resource_version: obj.resource_version(),
+        })
+    }
+
+    /// Loads an app's inventory (empty when it has none yet).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`], [`Error::Inventory`].
+    pub async fn load(store: &dyn Store, app: &str) -> Result<Self> {
+        match store
+            .get(&Self::record_key(app))
+            .await
+            .map_err(Error::Store)?
+        {
+            Some(obj) => Self::from_record(app, &obj),
+            None => Ok(Self {
+                app: app.to_string(),
+                ..Self::default()
+            }),
+        }
+    }
+}
+
+/// Which app owns each key, from every inventory in the store but `except`'s.
+///
+/// # Errors
+///
+/// [`Error::Store`], [`Error::Inventory`].
+pub async fn other_owners(store: &dyn Store, except: &str) -> Result<BTreeMap<ObjectKey, String>> {
+    let listing = store
+        .list(&Selector {
+            group: Some(RESERVED_GROUP.into()),
+            kind: Some(INVENTORY_KIND.into()),
+            namespace: None,
+        })
+        .await
+        .map_err(Error::Store)?;
+    let mut owners = BTreeMap::new();
+    for (key, obj) in listing.objects {
+        if key.name == except {
+            continue;
+        }
+        let inv = Inventory::from_record(&key.name, &obj)?;
+        for k in inv.entries.into_keys() {
+            owners.entry(k).or_insert_with(|| key.name.clone());
+        }
+    }
+    Ok(owners)
+}
+
+/// What to sync.
+#[derive(Clone, Debug)]
+pub struct Request<'a> {
+    /// The app.
+    pub app: &'a str,
+    /// The revision the desired set comes from.
+    pub revision: &'a Revision,
+    /// The whole desired set of the app (namespaces defaulted).
+    pub desired: &'a BTreeMap<ObjectKey, Object>,
+    /// Plan (and write) only these keys; `None` for the whole app. A scoped sync is how drift
+    /// reported by the change feed is reverted without re-reading the whole app.
+    pub scope: Option<&'a BTreeSet<ObjectKey>>,
+    /// Prune and empty-set rules.
+    pub options: PlanOptions,
+    /// Plan only; write nothing.
+    pub dry_run: bool,
+}
+
+/// What a sync did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The plan that was executed (or would be, on a dry run). Unchanged steps included.
+    pub plan: Plan,
+    /// Declared objects not applied because another app owns them: key → owner.
+    pub conflicts: BTreeMap<ObjectKey, String>,
+    /// The store revision of the commit, 0 when nothing was written.
+    pub committed_revision: u64,
+    /// The objects written, as stored (with their new resourceVersion).
+    pub written: Vec<Object>,
+    /// The live objects after the sync, for every key planned (absent when deleted or missing).
+    pub live: BTreeMap<ObjectKey, Object>,
+    /// The app's inventory after the sync.
+    pub inventory: Inventory,
+    /// How many compare-and-swap conflicts were retried.
+    pub retries: usize,
+}
+
+/// Plans and (unless `dry_run`) applies one sync. See the module documentation.
+///
+/// # Errors
+///
+/// [`Error::Store`] when the store fails, [`Error::Conflict`] after [`CONFLICT_RETRIES`]
+/// conflicts in a row, [`Error::Inventory`] when an inventory record is unreadable. On error
+/// nothing of this sync was written.
+pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
+    let mut attempt = 0;
+    loop {
+        match attempt_sync(store, req, attempt).await {
+            Err(Error::Store(e @ store::Error::Conflict { .. })) => {
+                attempt += 1;
+                tracing::debug!(app = req.app, attempt, error = %e, "Compare-and-swap conflict; planning again");
+                if attempt > CONFLICT_RETRIES {
+                    return Err(Error::Conflict {
+                        attempts: attempt,
+                        source: e,
+                    });
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> Result<Outcome> {
+    let inventory = Inventory::load(store, req.app).await?;
+    let owners = other_owners(store, req.app).await?;
+    let in_scope = |k: &ObjectKey| req.scope.is_none_or(|s| s.contains(k));
+    let mut conflicts = BTreeMap::new();
+    let mut desired = BTreeMap::new();
+    for (k, o) in req.desired {
+        if !in_scope(k) {
+            continue;
+        }
+        // An object this app already owns stays ours even if another inventory lists it too.
+        match owners.get(k) {
+            Some(owner) if !inventory.entries.contains_key(k) => {
+                conflicts.insert(k.clone(), owner.clone());
+            }
+            _ => {
+                desired.insert(k.clone(), o.clone());
+            }
+        }
+    }
+    let inventory_scoped: BTreeMap<ObjectKey, Object> = inventory
+        .entries
+        .iter()
+        .filter(|(k, _)| in_scope(k))
+        .map(|(k, o)| (k.clone(), o.clone()))
+        .collect();
+    let keys: Vec<ObjectKey> = desired
+        .keys()
+        .chain(inventory_scoped.keys())
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let live = store.get_many(&keys).await.map_err(Error::Store)?.objects;
+    // The empty-set guard looks at the whole desired set, not the scope.
+    let options = PlanOptions {
+        prune: req.options.prune,
+        allow_empty: req.options.allow_empty || !req.desired.is_empty(),
+    };
+    let plan = diff::plan(&desired, &live, &inventory_scoped, options);
+
+    // The new inventory: what this sync leaves applied.
+    let mut next = inventory.clone();
+    next.revision = if req.scope.is_none() {
+        Some(req.revision.clone())
+    } else {
+        inventory
+            .revision
+            .clone()
+            .or_else(|| Some(req.revision.clone()))
+    };
+    let mut writes = Vec::new();
+    for step in &plan.steps {
+        match step.action {
+            Action::Create | Action::Update => {
+                let (Some(target), Some(declared)) = (&step.target, &step.declared) else {
+                    continue;
+                };
+                writes.push(Write::Put {
+                    object: target.clone(),
+                    precondition: Precondition::matching(step.live.as_ref()),
+                });
+                next.entries.insert(step.key.clone(), declared.clone());
+            }
+            Action::Unchanged => {
+                if let Some(declared) = &step.declared {
+                    next.entries.insert(step.key.clone(), declared.clone());
+                }
+            }
+            Action::Delete => {
+                if step.skipped.is_none() {
+                    writes.push(Write::Delete {
+                        key: step.key.clone(),
+                        precondition: Precondition::matching(step.live.as_ref()),
+                    });
+                    next.entries.remove(&step.key);
+                }
+            }
+        }
+    }
+    // Inventory entries that are neither declared nor live are gone already.
+    for k in inventory_scoped.keys() {
+        if !desired.contains_key(k) && !live.contains_key(k) {
+            next.entries.remove(k);
+        }
+    }
+    let inventory_changed =
+        next.entries != inventory.entries || next.revision != inventory.revision;
+    if req.dry_run {
+        return Ok(Outcome {
+            plan,
+            conflicts,
+            committed_revision: 0,
+            written: Vec::new(),
+            live,
+            inventory,
+            retries: attempt,
+        });
+    }
+    if inventory_changed {
+        writes.push(Write::Put {
+            object: next.to_record(),
+            precondition: match inventory.resource_version {
+                Some(rv) => Precondition::ResourceVersion(rv),
+                None => Precondition::Absent,
+            },
+        });
+    }
+    let committed = store.commit(writes).await.map_err(Error::Store)?;
+    let mut live_after = live;
+    let mut written = Vec::new();
+    for obj in committed.stored {
+        let key = obj.key();
+        if key.is_reserved() {
+            next.resource_version = obj.resource_version();
+            continue;
+        }
+        live_after.insert(key, obj.clone());
+        written.push(obj);
+    }
+    for step in &plan.steps {
+        if step.action == Action::Delete && step.skipped.is_none() {
+            live_after.remove(&step.key);
+        }
+    }
+    Ok(Outcome {
+        plan,
+        conflicts,
+        committed_revision: committed.revision,
+        written,
+        live: live_after,
+        inventory: next,
+        retries: attempt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use serde_json::json;
+
+    fn cm(name: &str, v: &str) -> Object {
+        Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}, "data": {"v": v}}))
+        .unwrap()
+    }
+
+    fn set(objs: &[Object]) -> BTreeMap<ObjectKey, Object> {
+        objs.iter().map(|o| (o.key(), o.clone())).collect()
+    }
+
+    fn req<'a>(
+        app: &'a str,
+        rev: &'a Revision,
+        desired: &'a BTreeMap<ObjectKey, Object>,
+    ) -> Request<'a> {
+        Request {
+            app,
+            revision: rev,
+            desired,
+            scope: None,
+            options: PlanOptions::default(),
+            dry_run: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn first_sync_creates_and_records_the_inventory_in_one_transaction() {
+        let store = MemoryStore::new();
+        let rev = Revision("r1".into());
+        let desired = set(&[cm("a", "1"), cm("b", "1")]);
+        let out = sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        assert_eq!(out.committed_revision, 1);
+        assert_eq!(out.written.len(), 2);
+        let inv = Inventory::load(&store, "app").await.unwrap();
+        assert_eq!(inv.entries.len(), 2);
+        assert_eq!(inv.revision, Some(rev.clone()));
+        assert_eq!(
+            inv.resource_version,
+            Some(1),
+            "objects and inventory share one revision"
+        );
+        // Again: nothing to write, no new revision.
+        let again = sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        assert_eq!(again.committed_revision, 0);
+        assert!(again.plan.is_noop());
+        assert_eq!(store.revision().await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn objects_owned_by_another_app_are_conflicts_not_a_tug_of_war() {
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        sync(&store, &req("first", &rev, &set(&[cm("shared", "first")])))
+            .await
+            .unwrap();
+        let out = sync(
+            &store,
+            &req(
+                "second",
+                &rev,
+                &set(&[cm("shared", "second"), cm("own", "x")]),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out.conflicts
+                .get(&cm("shared", "").key())
+                .map(String::as_str),
+            Some("first")
+        );
+        let live = store.get(&cm("shared", "").key()).await.unwrap().unwrap();
+        assert_eq!(live.get("data"), Some(&json!({"v": "first"})));
+        assert!(
+            Inventory::load(&store, "second")
+                .await
+                .unwrap()
+                .entries
+                .contains_key(&cm("own", "").key())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_writer_between_read_and_commit_is_retried() {
+        // A store that lets one foreign write in just before the first commit.
+        struct Racy {
+            inner: MemoryStore,
+            raced: std::sync::atomic::AtomicBool,
+        }
+        #[async_trait::async_trait]
+        impl Store for Racy {
+            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
+                self.inner.get(k).await
+            }
+            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
+                self.inner.get_many(k).await
+            }
+            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
+                self.inner.list(s).await
+            }
+            async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
+                if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    self.inner
+                        .commit(vec![Write::Put {
+                            object: cm("a", "foreign"),
+                            precondition: Precondition::Any,
+                        }])
+                        .await?;
+                }
+                self.inner.commit(w).await
+            }
+            async fn revision(&self) -> store::Result<u64> {
+                self.inner.revision().await
+            }
+            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
+                self.inner.watch(from).await
+            }
+            fn backend(&self) -> &'static str {
+                "racy"
+            }
+        }
+        let store = Racy {
+            inner: MemoryStore::new(),
+            raced: Default::default(),
+        };
+        let rev = Revision("r".into());
+        let out = sync(&store, &req("app", &rev, &set(&[cm("a", "git")])))
+            .await
+            .unwrap();
+        assert_eq!(out.retries, 1);
+        let live = store.get(&cm("a", "").key()).await.unwrap().unwrap();
+        assert_eq!(live.get("data"), Some(&json!({"v": "git"})));
+    }
+
+    #[tokio::test]
+    async fn scoped_syncs_touch_only_their_keys() {
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        let desired = set(&[cm("a", "1"), cm("b", "1")]);
+        sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        // Both drift; only `a` is in scope.
+        store
+            .commit(vec![
+                Write::Put {
+                    object: cm("a", "drift"),
+                    precondition: Precondition::Any,
+                },
+                Write::Put {
+                    object: cm("b", "drift"),
+                    precondition: Precondition::Any,
+                },
+            ])
+            .await
+            .unwrap();
+        let scope: BTreeSet<ObjectKey> = [cm("a", "").key()].into();
+        let out = sync(
+            &store,
+            &Request {
+                scope: Some(&scope),
+                ..req("app", &rev, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.plan.steps.len(), 1);
+        assert_eq!(
+            store
+                .get(&cm("a", "").key())
+                .await
+                .unwrap()
+                .unwrap()
+                .get("data"),
+            Some(&json!({"v": "1"}))
+        );
+        assert_eq!(
+            store
+                .get(&cm("b", "").key())
+                .await
+                .unwrap()
+                .unwrap()
+                .get("data"),
+            Some(&json!({"v": "drift"}))
+        );
+    }
+}
