@@ -5,11 +5,13 @@
 //! [`object`], [`manifest`] and [`diff`] are pure: no I/O, no async. Effects live in
 //! [`source`] (Git), [`store`] (the target store) and the [`cli`].
 
+pub mod cli;
 pub mod config;
 pub mod diff;
 pub mod health;
 pub mod manifest;
 pub mod object;
+pub mod reconcile;
 pub mod source;
 pub mod status;
 pub mod store;

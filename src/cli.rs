@@ -1,0 +1,807 @@
+//! The command line (DESIGN.md section 7): `run`, `sync`, `diff`, `status`, `validate` and
+//! `store list|get|put|delete`, with the exit statuses the design gives.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::config::{self, Loaded};
+use crate::diff;
+use crate::manifest::{self, Diagnostic};
+use crate::object::{self, Object, ObjectKey, RESERVED_GROUP};
+use crate::reconcile::{Agent, App, Trigger};
+use crate::source::GitCache;
+use crate::status::{self, SyncStatus};
+use crate::store::{Precondition, Selector, Store, Write, sqlite::SqliteStore};
+
+/// driftless: a GitOps sync agent. Applies declarations from Git to a store, reverts drift,
+/// and reports what is true.
+#[derive(Debug, Parser)]
+#[command(name = "driftless", version, about)]
+pub struct Cli {
+    /// Config file.
+    #[arg(short, long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format on standard error: `text` for people, `json` for machines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output formats of `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// A table.
+    Table,
+    /// The JSON of DESIGN.md section 7.
+    Json,
+}
+
+/// Output formats of `store`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ObjectFormat {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent: reconcile every app until SIGTERM or SIGINT.
+    Run,
+    /// One reconcile pass of each app, then exit: 0 when every app is Synced, 1 otherwise.
+    Sync {
+        /// Only this app.
+        #[arg(long)]
+        app: Option<String>,
+        /// Plan and print; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// What a sync would change: exit 0 no changes, 1 changes, 2 error.
+    Diff {
+        /// Only this app.
+        #[arg(long)]
+        app: Option<String>,
+        /// Compare this revision (commit, branch or tag) instead of the configured ref.
+        #[arg(long)]
+        revision: Option<String>,
+    },
+    /// The status the agent recorded in the store.
+    Status {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = StatusFormat::Table)]
+        output: StatusFormat,
+    },
+    /// Parse manifest files or folders; print `path:line:col: severity: message`. Exit 0 when
+    /// there are no errors, 1 otherwise.
+    Validate {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Read and write the store directly, as a person or another controller would.
+    Store {
+        /// The store command.
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+}
+
+/// `driftless store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// List live objects, optionally of one KIND[.GROUP].
+    List {
+        /// `KIND` or `KIND.GROUP` (kind case-insensitive, e.g. `deployment.apps`).
+        kind: Option<String>,
+        /// Only this namespace.
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Output format (default: a table).
+        #[arg(short, long, value_enum)]
+        output: Option<ObjectFormat>,
+    },
+    /// Print one live object: exit 0, or 1 when not found.
+    Get {
+        /// `KIND` or `KIND.GROUP`.
+        kind: String,
+        /// Name.
+        name: String,
+        /// Namespace (default: `default`, then cluster-scoped).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = ObjectFormat::Yaml)]
+        output: ObjectFormat,
+    },
+    /// Write each object in FILE as given (`-` for standard input).
+    Put {
+        /// A YAML or JSON file of one or more objects.
+        #[arg(short, long)]
+        file: PathBuf,
+        /// Namespace for namespaced objects that declare none (default `default`).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
+    /// Delete a live object: exit 0, or 1 when not found.
+    Delete {
+        /// `KIND` or `KIND.GROUP`.
+        kind: String,
+        /// Name.
+        name: String,
+        /// Namespace (default: `default`, then cluster-scoped).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
+}
+
+/// Parses the command line, runs the command and returns its exit status. Errors print their
+/// chain to standard error and exit 2.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("driftless")
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run_command(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(cli: &Cli) {
+    let default = if matches!(cli.command, Command::Run) {
+        "info"
+    } else {
+        "warn"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+const DEFAULT_CONFIG: &str = "driftless.yaml";
+
+/// Loads the config. With `required`, the file must exist; otherwise a missing default file
+/// means the defaults (the SQLite store at `.driftless/store.db`, no apps).
+fn load_config(path: Option<&Path>, required: bool) -> anyhow::Result<Loaded> {
+    match path {
+        Some(p) => Ok(config::load(p)?),
+        None => {
+            let p = Path::new(DEFAULT_CONFIG);
+            if p.exists() || required {
+                config::load(p)
+                    .with_context(|| format!("no config: pass -c FILE or create {DEFAULT_CONFIG}"))
+            } else {
+                Ok(config::parse(p, "{}")?)
+            }
+        }
+    }
+}
+
+/// Opens the configured store, creating the SQLite file's folder when needed.
+///
+/// # Errors
+///
+/// When the folder cannot be created or the store cannot be opened.
+pub fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    let path = cfg
+        .sqlite_path()
+        .context("no store configured")?
+        .to_path_buf();
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let store = SqliteStore::open(&path, Default::default())
+        .with_context(|| format!("cannot open the store at {}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<u8> {
+    let config = cli.config.as_deref();
+    match cli.command {
+        Command::Run => run(load_config(config, true)?).await,
+        Command::Sync { app, dry_run } => sync(load_config(config, true)?, app, dry_run).await,
+        Command::Diff { app, revision } => {
+            diff_cmd(load_config(config, true)?, app, revision).await
+        }
+        Command::Status { output } => status_cmd(load_config(config, false)?, output).await,
+        Command::Validate { paths } => Ok(validate(&paths)),
+        Command::Store { command } => store_cmd(load_config(config, false)?, command).await,
+    }
+}
+
+async fn run(cfg: Loaded) -> anyhow::Result<u8> {
+    let store = open_store(&cfg)?;
+    let git = GitCache::new(&cfg.config.cache_dir);
+    if cfg.config.apps.is_empty() {
+        tracing::warn!(config = %cfg.path.display(), "No apps configured");
+    }
+    let agent = Agent::new(store, git, cfg.config.apps.clone()).await?;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tracing::info!(config = %cfg.path.display(), apps = cfg.config.apps.len(), "Agent started");
+    let (_handle, join) = agent.spawn(rx);
+    wait_for_signal().await?;
+    tracing::info!("Stopping");
+    let _ = tx.send(true);
+    join.await.context("agent task failed")?;
+    tracing::info!("Stopped cleanly");
+    Ok(0)
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+fn selected_apps(cfg: &Loaded, app: Option<&str>) -> anyhow::Result<Vec<config::AppConfig>> {
+    match app {
+        Some(name) => match cfg.app(name) {
+            Some(a) => Ok(vec![a.clone()]),
+            None => bail!("no app named `{name}` in {}", cfg.path.display()),
+        },
+        None => Ok(cfg.config.apps.clone()),
+    }
+}
+
+async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result<u8> {
+    let store = open_store(&cfg)?;
+    let git = GitCache::new(&cfg.config.cache_dir);
+    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let mut all_synced = true;
+    for app_cfg in selected_apps(&cfg, app.as_deref())? {
+        let mut app =
+            App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run).await?;
+        let (_, report) = app.reconcile(Trigger::Fetch).await;
+        let st = app.status();
+        if dry_run {
+            print!("{}", report.dry_run_diff);
+        }
+        let s = report.summary;
+        println!(
+            "{}: {} {} at {}: {} created, {} updated, {} deleted, {} unchanged{}",
+            st.name,
+            st.sync,
+            st.health,
+            st.revision
+                .as_deref()
+                .map_or("-", |r| r.get(..12).unwrap_or(r)),
+            s.create,
+            s.update,
+            s.delete,
+            s.unchanged,
+            if dry_run { " (dry run)" } else { "" }
+        );
+        for d in &st.diagnostics {
+            eprintln!("{d}");
+        }
+        if let Some(ready) = st.condition("Ready")
+            && ready.status != "True"
+        {
+            println!("  {}: {}", ready.reason, ready.message);
+        }
+        let synced = if dry_run {
+            st.sync == SyncStatus::Synced && s.create + s.update + s.delete == 0
+        } else {
+            st.sync == SyncStatus::Synced
+        };
+        all_synced &= synced;
+    }
+    Ok(if all_synced { 0 } else { 1 })
+}
+
+async fn diff_cmd(
+    cfg: Loaded,
+    app: Option<String>,
+    revision: Option<String>,
+) -> anyhow::Result<u8> {
+    let store = open_store(&cfg)?;
+    let git = GitCache::new(&cfg.config.cache_dir);
+    let mut changes = false;
+    for app in selected_apps(&cfg, app.as_deref())? {
+        let name = app.name.value.clone();
+        let reference = revision.as_deref().or(app.source.reference.as_deref());
+        let fetched = git
+            .fetch(&app.source.repo.value, reference)
+            .await
+            .with_context(|| format!("app {name}"))?;
+        let files = git
+            .read(
+                &app.source.repo.value,
+                &fetched.revision,
+                &app.source.path.value,
+            )
+            .await
+            .with_context(|| format!("app {name}"))?;
+        let opts = manifest::Options {
+            default_namespace: app.target.namespace.value.clone(),
+        };
+        let set = manifest::parse_set(
+            files.files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
+            files.diagnostics,
+            &opts,
+        );
+        for d in &set.diagnostics {
+            eprintln!("{d}");
+        }
+        if set.has_errors() {
+            eprintln!(
+                "error: app {name}: revision {} has invalid manifests; nothing to compare",
+                fetched.revision.short()
+            );
+            return Ok(2);
+        }
+        let desired: BTreeMap<ObjectKey, Object> = set
+            .objects
+            .into_iter()
+            .map(|(k, d)| (k, d.object))
+            .collect();
+        let outcome = crate::sync::sync(
+            store.as_ref(),
+            &crate::sync::Request {
+                app: &name,
+                revision: &fetched.revision,
+                desired: &desired,
+                scope: None,
+                options: diff::PlanOptions {
+                    prune: app.sync.prune,
+                    allow_empty: app.sync.allow_empty,
+                },
+                dry_run: true,
+            },
+        )
+        .await
+        .with_context(|| format!("app {name}"))?;
+        println!("# app {name} at {}", fetched.revision);
+        print!("{}", diff::render_plan(&outcome.plan));
+        for (key, owner) in &outcome.conflicts {
+            println!("! {key}: declared here but owned by app {owner}; not applied");
+        }
+        let s = outcome.plan.summary();
+        changes |= s.create + s.update + s.delete > 0;
+    }
+    Ok(if changes { 1 } else { 0 })
+}
+
+async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
+    let store = open_store(&cfg)?;
+    let apps = status::read_all(store.as_ref()).await?;
+    match output {
+        StatusFormat::Json => {
+            let v = serde_json::json!({ "apps": apps });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        StatusFormat::Table => {
+            let mut rows = vec![[
+                "NAME".to_string(),
+                "SYNC".into(),
+                "HEALTH".into(),
+                "REVISION".into(),
+                "OUT-OF-SYNC-SINCE".into(),
+                "MESSAGE".into(),
+            ]];
+            for a in &apps {
+                let ready = a.condition("Ready");
+                rows.push([
+                    a.name.clone(),
+                    a.sync.to_string(),
+                    a.health.to_string(),
+                    a.revision
+                        .as_deref()
+                        .map_or("-".into(), |r| r.chars().take(12).collect()),
+                    a.out_of_sync_since.clone().unwrap_or_else(|| "-".into()),
+                    ready.map_or(String::new(), |c| format!("{}: {}", c.reason, c.message)),
+                ]);
+            }
+            print_table(&rows);
+        }
+    }
+    Ok(0)
+}
+
+fn print_table<const N: usize>(rows: &[[String; N]]) {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 == N {
+                line.push_str(c);
+            } else {
+                line.push_str(&format!("{c:<w$}   ", w = widths[i]));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors.
+fn validate(paths: &[PathBuf]) -> u8 {
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut prior = Vec::new();
+    for p in paths {
+        collect_files(p, &mut files, &mut prior);
+    }
+    let set = manifest::parse_set(
+        files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
+        prior,
+        &manifest::Options::default(),
+    );
+    for d in &set.diagnostics {
+        println!("{d}");
+    }
+    let errors = set.diagnostics.iter().filter(|d| d.is_error()).count();
+    let warnings = set.diagnostics.len() - errors;
+    eprintln!(
+        "{} file(s), {} object(s), {} skipped, {errors} error(s), {warnings} warning(s)",
+        set.files,
+        set.objects.len(),
+        set.skipped
+    );
+    if errors > 0 { 1 } else { 0 }
+}
+
+fn collect_files(path: &Path, files: &mut Vec<(String, Vec<u8>)>, diags: &mut Vec<Diagnostic>) {
+    let shown = path.display().to_string();
+    if path.is_dir() {
+        let entries = match std::fs::read_dir(path) {
+            Ok(e) => e,
+            Err(e) => {
+                diags.push(Diagnostic::error(
+                    &shown,
+                    1,
+                    1,
+                    format!("cannot read folder: {e}"),
+                ));
+                return;
+            }
+        };
+        let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        children.sort();
+        for child in children {
+            if child.is_dir() || manifest::is_manifest_path(&child.to_string_lossy()) {
+                collect_files(&child, files, diags);
+            }
+        }
+        return;
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => files.push((shown, bytes)),
+        Err(e) => diags.push(Diagnostic::error(
+            &shown,
+            1,
+            1,
+            format!("cannot read file: {e}"),
+        )),
+    }
+}
+
+/// A `KIND[.GROUP]` argument.
+#[derive(Debug, PartialEq, Eq)]
+struct KindSpec {
+    kind: String,
+    group: Option<String>,
+}
+
+impl KindSpec {
+    fn parse(s: &str) -> Self {
+        match s.split_once('.') {
+            Some((k, g)) => KindSpec {
+                kind: k.to_string(),
+                group: Some(if g == "core" {
+                    String::new()
+                } else {
+                    g.to_string()
+                }),
+            },
+            None => KindSpec {
+                kind: s.to_string(),
+                group: None,
+            },
+        }
+    }
+
+    /// Kind matches case-insensitively, and plural forms (`configmaps`, `ingresses`) too.
+    fn matches(&self, key: &ObjectKey) -> bool {
+        let want = self.kind.to_ascii_lowercase();
+        let have = key.kind.to_ascii_lowercase();
+        let kind_ok = want == have
+            || want.strip_suffix('s') == Some(have.as_str())
+            || want.strip_suffix("es") == Some(have.as_str());
+        kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group)
+    }
+}
+
+async fn find(
+    store: &dyn Store,
+    kind: &KindSpec,
+    name: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<Object>> {
+    let listing = store
+        .list(&Selector {
+            group: kind.group.clone(),
+            kind: None,
+            namespace: None,
+        })
+        .await?;
+    let matching: Vec<Object> = listing
+        .objects
+        .into_iter()
+        .filter(|(k, _)| kind.matches(k) && k.name == name)
+        .map(|(_, o)| o)
+        .collect();
+    let in_ns = |ns: &str| -> Vec<Object> {
+        matching
+            .iter()
+            .filter(|o| o.namespace() == ns)
+            .cloned()
+            .collect()
+    };
+    Ok(match namespace {
+        Some(ns) => in_ns(ns),
+        None => {
+            let d = in_ns("default");
+            if d.is_empty() { in_ns("") } else { d }
+        }
+    })
+}
+
+fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Result<()> {
+    match format {
+        ObjectFormat::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        ObjectFormat::Yaml => print!("{}", diff::to_yaml(value)),
+    }
+    Ok(())
+}
+
+async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
+    let store = open_store(&cfg)?;
+    match cmd {
+        StoreCommand::List {
+            kind,
+            namespace,
+            output,
+        } => {
+            let spec = kind.as_deref().map(KindSpec::parse);
+            let listing = store
+                .list(&Selector {
+                    group: spec.as_ref().and_then(|s| s.group.clone()),
+                    kind: None,
+                    namespace: namespace.clone(),
+                })
+                .await?;
+            let objects: Vec<Object> = listing
+                .objects
+                .into_iter()
+                .filter(|(k, _)| spec.as_ref().is_none_or(|s| s.matches(k)))
+                .map(|(_, o)| o)
+                .collect();
+            match output {
+                Some(format) => {
+                    let list = serde_json::json!({
+                        "apiVersion": "v1",
+                        "kind": "List",
+                        "items": objects.into_iter().map(Value::from).collect::<Vec<_>>(),
+                    });
+                    print_object(&list, format)?;
+                }
+                None => {
+                    let mut rows = vec![[
+                        "NAMESPACE".to_string(),
+                        "KIND".into(),
+                        "NAME".into(),
+                        "RESOURCEVERSION".into(),
+                        "GENERATION".into(),
+                    ]];
+                    for o in &objects {
+                        rows.push([
+                            if o.namespace().is_empty() {
+                                "-".into()
+                            } else {
+                                o.namespace().to_string()
+                            },
+                            o.key().kind_group(),
+                            o.name().to_string(),
+                            o.resource_version().map_or("-".into(), |r| r.to_string()),
+                            o.generation().to_string(),
+                        ]);
+                    }
+                    print_table(&rows);
+                }
+            }
+            Ok(0)
+        }
+        StoreCommand::Get {
+            kind,
+            name,
+            namespace,
+            output,
+        } => {
+            let found = find(
+                store.as_ref(),
+                &KindSpec::parse(&kind),
+                &name,
+                namespace.as_deref(),
+            )
+            .await?;
+            match found.as_slice() {
+                [] => {
+                    eprintln!("{kind} {name} not found");
+                    Ok(1)
+                }
+                [one] => {
+                    print_object(&Value::from(one.clone()), output)?;
+                    Ok(0)
+                }
+                many => {
+                    let kinds: Vec<String> = many.iter().map(|o| o.key().to_string()).collect();
+                    bail!(
+                        "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
+                        kinds.join(", ")
+                    )
+                }
+            }
+        }
+        StoreCommand::Put { file, namespace } => {
+            let (shown, bytes) = if file.as_os_str() == "-" {
+                let mut buf = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut buf)
+                    .context("cannot read standard input")?;
+                ("<stdin>".to_string(), buf)
+            } else {
+                let bytes = std::fs::read(&file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                (file.display().to_string(), bytes)
+            };
+            let parsed = manifest::parse_file(&shown, &bytes);
+            let mut failed = false;
+            for d in &parsed.diagnostics {
+                eprintln!("{d}");
+                failed |= d.is_error();
+            }
+            if failed {
+                eprintln!("error: nothing written");
+                return Ok(1);
+            }
+            let ns = namespace.unwrap_or_else(|| "default".into());
+            let mut writes = Vec::new();
+            for d in parsed.objects {
+                let mut o = d.object;
+                if o.key().is_reserved() {
+                    bail!(
+                        "{}:{}: objects of {RESERVED_GROUP} are driftless's own records; not written",
+                        d.path,
+                        d.line
+                    );
+                }
+                if o.namespace().is_empty() && !object::is_cluster_scoped(o.group(), o.kind()) {
+                    o.set_namespace(&ns);
+                }
+                let precondition = match o.resource_version() {
+                    Some(rv) => Precondition::ResourceVersion(rv),
+                    None => Precondition::Any,
+                };
+                writes.push(Write::Put {
+                    object: o,
+                    precondition,
+                });
+            }
+            let committed = store.commit(writes).await?;
+            for o in &committed.stored {
+                println!(
+                    "{} written (resourceVersion {})",
+                    o.key(),
+                    committed.revision
+                );
+            }
+            Ok(0)
+        }
+        StoreCommand::Delete {
+            kind,
+            name,
+            namespace,
+        } => {
+            let found = find(
+                store.as_ref(),
+                &KindSpec::parse(&kind),
+                &name,
+                namespace.as_deref(),
+            )
+            .await?;
+            match found.as_slice() {
+                [] => {
+                    eprintln!("{kind} {name} not found");
+                    Ok(1)
+                }
+                [one] => {
+                    store
+                        .commit(vec![Write::Delete {
+                            key: one.key(),
+                            precondition: Precondition::matching(Some(one)),
+                        }])
+                        .await?;
+                    println!("{} deleted", one.key());
+                    Ok(0)
+                }
+                many => {
+                    let kinds: Vec<String> = many.iter().map(|o| o.key().to_string()).collect();
+                    bail!(
+                        "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
+                        kinds.join(", ")
+                    )
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_specs_match_case_insensitively_with_plurals_and_groups() {
+        let dep = ObjectKey::new("apps", "Deployment", "d", "x");
+        let ing = ObjectKey::new("networking.k8s.io", "Ingress", "d", "x");
+        let cm = ObjectKey::new("", "ConfigMap", "d", "x");
+        assert!(KindSpec::parse("deployment").matches(&dep));
+        assert!(KindSpec::parse("Deployments.apps").matches(&dep));
+        assert!(!KindSpec::parse("deployment.extensions").matches(&dep));
+        assert!(KindSpec::parse("ingresses").matches(&ing));
+        assert!(KindSpec::parse("ingress.networking.k8s.io").matches(&ing));
+        assert!(KindSpec::parse("configmap.core").matches(&cm));
+        assert!(!KindSpec::parse("config").matches(&cm));
+    }
+}

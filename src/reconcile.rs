@@ -1,0 +1,992 @@
+//! The control loop: triggers, per-app state, conditions, the gap's age, backoff.
+//!
+//! Each app runs in its own task ([`AppLoop`]) and is reconciled when something may have
+//! changed: its poll interval elapsed, a manual request came, or the store's change feed
+//! reported a change to an object it owns. A reconcile is level-triggered: it looks at Git and
+//! the store as they are and makes the store match, whatever the trigger was. A change-feed
+//! trigger only narrows the work to the keys that changed, which is how drift is reverted within
+//! milliseconds instead of at the next poll.
+//!
+//! Guarantees:
+//! - A revision with any error applies nothing; the revision in force stays enforced (and is
+//!   remembered across restarts through the inventory, whose last-applied copies are exactly
+//!   the desired set in force).
+//! - Errors never stop the loop. Repeated failures back off exponentially (5 s doubling to
+//!   3 min), and the status says why.
+//! - The status record is written only when it changes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::AppConfig;
+use crate::diff::{Action, PlanOptions, Summary};
+use crate::health::{self, Health};
+use crate::manifest::{self, Diagnostic};
+use crate::object::{Object, ObjectKey, Revision};
+use crate::source::{self, GitCache};
+use crate::status::{self, AppStatus, ResourceStatus, SyncStatus, set_condition};
+use crate::store::{self, Store, WatchItem};
+use crate::sync::{self, Inventory};
+
+/// First retry delay after a failure.
+pub const BACKOFF_MIN: Duration = Duration::from_secs(5);
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(180);
+
+/// Errors that stop an agent from starting (once running, errors become conditions).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the app's inventory or status record at start failed.
+    #[error("cannot load the state of app {app}")]
+    LoadFailed {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: sync::Error,
+    },
+    /// The status record of an app is unreadable.
+    #[error("cannot read the status of app {app}")]
+    StatusUnreadable {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: store::Error,
+    },
+}
+
+/// Why a reconcile runs. The reconcile does the same level-triggered work for each; the trigger
+/// only decides whether Git is fetched and how many objects are looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The poll interval elapsed, a manual request came, or this is the first pass: fetch Git,
+    /// then enforce.
+    Fetch,
+    /// Enforce the revision in force on every object, without fetching (the change feed lost
+    /// track, e.g. after compaction).
+    Enforce,
+    /// These objects changed in the store: enforce just them.
+    Keys(BTreeSet<ObjectKey>),
+}
+
+/// What one reconcile did, for logs and the `sync` command.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Counts of the plan's actions (all zero when nothing was planned).
+    pub summary: Summary,
+    /// Objects whose drift was reverted by a change-feed trigger.
+    pub drift_reverted: usize,
+    /// True when a new revision was applied.
+    pub applied_new_revision: bool,
+    /// The store revision written, 0 when nothing was.
+    pub committed_revision: u64,
+    /// The rendered diff of a dry run (empty otherwise).
+    pub dry_run_diff: String,
+}
+
+/// The desired set in force.
+#[derive(Clone, Debug)]
+struct InForce {
+    revision: Revision,
+    /// Tree id at the app's path, when known: an equal tree needs no parsing.
+    tree_id: Option<String>,
+    desired: BTreeMap<ObjectKey, Object>,
+}
+
+/// Why the newest revision is not in force.
+#[derive(Clone, Debug)]
+enum Problem {
+    /// The source could not be fetched.
+    Source {
+        reason: &'static str,
+        message: String,
+    },
+    /// The newest revision cannot be applied (parse errors, missing path).
+    Invalid {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Exponential backoff: 5 s doubling to 3 min.
+#[derive(Clone, Debug, Default)]
+pub struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// Records a failure and returns the delay before the next attempt.
+    pub fn fail(&mut self) -> Duration {
+        let d = BACKOFF_MIN.saturating_mul(1u32 << self.failures.min(10));
+        self.failures = self.failures.saturating_add(1);
+        d.min(BACKOFF_MAX)
+    }
+
+    /// Records a success.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    /// True after a failure not yet followed by a success.
+    pub fn failing(&self) -> bool {
+        self.failures > 0
+    }
+}
+
+/// One app's reconciler: its config, the state it keeps between passes, and the handles it
+/// needs. Reconciles are run one at a time per app.
+pub struct App {
+    cfg: AppConfig,
+    store: Arc<dyn Store>,
+    git: GitCache,
+    /// Serializes the syncs of all apps of this agent, so two apps never both claim a new key.
+    claim: Arc<Mutex<()>>,
+    dry_run: bool,
+    in_force: Option<InForce>,
+    /// The revision recorded in the inventory (applied), to tell a new revision from drift.
+    applied: Option<Revision>,
+    /// Keys this app cares about: declared in force, or in its inventory.
+    owned: BTreeSet<ObjectKey>,
+    last_attempted: Option<Revision>,
+    diagnostics: Vec<Diagnostic>,
+    problem: Option<Problem>,
+    sync_error: Option<String>,
+    resources: BTreeMap<ObjectKey, ResourceStatus>,
+    conflicts: BTreeMap<ObjectKey, String>,
+    prune_blocked: Option<String>,
+    /// Objects this app wrote, with the revision of the write: their change events are echoes.
+    self_writes: HashMap<ObjectKey, u64>,
+    status: AppStatus,
+    written: Option<AppStatus>,
+    backoff: Backoff,
+    source_message: Option<String>,
+}
+
+impl App {
+    /// Loads an app's state from the store: its inventory (the desired set in force after a
+    /// restart) and its last status record (so condition times carry over).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LoadFailed`], [`Error::StatusUnreadable`].
+    pub async fn load(
+        cfg: AppConfig,
+        store: Arc<dyn Store>,
+        git: GitCache,
+        claim: Arc<Mutex<()>>,
+        dry_run: bool,
+    ) -> Result<Self, Error> {
+        let name = cfg.name.value.clone();
+        let inventory = Inventory::load(store.as_ref(), &name)
+            .await
+            .map_err(|source| Error::LoadFailed {
+                app: name.clone(),
+                source,
+            })?;
+        let written = status::read(store.as_ref(), &name)
+            .await
+            .map_err(|source| Error::StatusUnreadable {
+                app: name.clone(),
+                source,
+            })?;
+        let in_force = inventory.revision.clone().map(|revision| InForce {
+            revision,
+            tree_id: None,
+            desired: inventory.entries.clone(),
+        });
+        let mut status = written.clone().unwrap_or_else(|| AppStatus::new(&name));
+        status.name = name.clone();
+        let resources = status
+            .resources
+            .iter()
+            .map(|r| (r.key(), r.clone()))
+            .collect();
+        Ok(Self {
+            owned: inventory.entries.keys().cloned().collect(),
+            applied: inventory.revision.clone(),
+            last_attempted: status.last_attempted_revision.clone().map(Revision),
+            in_force,
+            cfg,
+            store,
+            git,
+            claim,
+            dry_run,
+            diagnostics: Vec::new(),
+            problem: None,
+            sync_error: None,
+            resources,
+            conflicts: BTreeMap::new(),
+            prune_blocked: None,
+            self_writes: HashMap::new(),
+            status,
+            written,
+            backoff: Backoff::default(),
+            source_message: None,
+        })
+    }
+
+    /// The app's name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name.value
+    }
+
+    /// The status as last computed.
+    pub fn status(&self) -> &AppStatus {
+        &self.status
+    }
+
+    /// True when a change of `key` at store revision `revision` concerns this app and is not
+    /// the echo of its own write.
+    pub fn cares_about(&self, key: &ObjectKey, revision: u64) -> bool {
+        self.owned.contains(key) && self.self_writes.get(key) != Some(&revision)
+    }
+
+    /// Runs one reconcile and returns the delay before the next poll (the interval, or a
+    /// backoff delay after a failure). Never fails: failures are recorded in the status.
+    pub async fn reconcile(&mut self, trigger: Trigger) -> (Duration, Report) {
+        let mut report = Report::default();
+        let fetch = trigger == Trigger::Fetch;
+        let scope = match trigger {
+            Trigger::Keys(keys) => Some(keys),
+            _ => None,
+        };
+        let mut failed = false;
+        if fetch && self.fetch_and_parse(&mut report).await.is_err() {
+            failed = true;
+        }
+        if self.in_force.is_some() && self.enforce(scope.as_ref(), &mut report).await.is_err() {
+            failed = true;
+        }
+        self.compute_status();
+        if !self.dry_run {
+            self.write_status().await;
+        }
+        let delay = if failed {
+            let d = self.backoff.fail();
+            tracing::info!(app = self.name(), retry_in = ?d, "Reconcile failed; backing off");
+            d
+        } else {
+            self.backoff.reset();
+            self.cfg.source.interval.value
+        };
+        (delay, report)
+    }
+
+    /// Fetches the source and, when the newest revision is new and valid, makes it the one in
+    /// force. `Err` when the source failed (a parse error is not a failure to retry: the same
+    /// commit will not parse better).
+    async fn fetch_and_parse(&mut self, report: &mut Report) -> Result<(), ()> {
+        let repo = self.cfg.source.repo.value.clone();
+        let fetched = match self
+            .git
+            .fetch(&repo, self.cfg.source.reference.as_deref())
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                let reason = match &e {
+                    source::Error::RefNotFound { .. } => "RefNotFound",
+                    _ => "FetchFailed",
+                };
+                let message = error_chain(&e);
+                tracing::warn!(app = self.name(), error = %message, "Fetch failed; the revision in force stays enforced");
+                self.problem = Some(Problem::Source { reason, message });
+                return Err(());
+            }
+        };
+        self.source_message = Some(format!(
+            "fetched {} at {}",
+            fetched.resolved_ref,
+            fetched.revision.short()
+        ));
+        let revision = fetched.revision.clone();
+        let unchanged = self
+            .in_force
+            .as_ref()
+            .is_some_and(|f| f.revision == revision);
+        let known_bad = self.last_attempted.as_ref() == Some(&revision)
+            && matches!(self.problem, Some(Problem::Invalid { .. }));
+        if matches!(self.problem, Some(Problem::Source { .. })) {
+            self.problem = None;
+        }
+        if unchanged || known_bad {
+            return Ok(());
+        }
+        self.last_attempted = Some(revision.clone());
+        let files = match self
+            .git
+            .read(&repo, &revision, &self.cfg.source.path.value)
+            .await
+        {
+            Ok(f) => f,
+            Err(e @ source::Error::PathNotFound { .. }) => {
+                let message = e.to_string();
+                self.diagnostics = vec![Diagnostic::error(
+                    &self.cfg.source.path.value,
+                    1,
+                    1,
+                    message.clone(),
+                )];
+                self.problem = Some(Problem::Invalid {
+                    reason: "PathNotFound",
+                    message,
+                });
+                return Ok(());
+            }
+            Err(e) => {
+                let message = error_chain(&e);
+                self.problem = Some(Problem::Source {
+                    reason: "FetchFailed",
+                    message,
+                });
+                return Err(());
+            }
+        };
+        // The same tree as in force: same objects, only the revision moves.
+        if let Some(f) = &self.in_force
+            && f.tree_id.as_deref() == Some(files.tree_id.as_str())
+        {
+            let desired = f.desired.clone();
+            self.in_force = Some(InForce {
+                revision,
+                tree_id: Some(files.tree_id),
+                desired,
+            });
+            self.problem = None;
+            self.diagnostics.clear();
+            return Ok(());
+        }
+        let opts = manifest::Options {
+            default_namespace: self.cfg.target.namespace.value.clone(),
+        };
+        let set = manifest::parse_set(
+            files.files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
+            files.diagnostics,
+            &opts,
+        );
+        self.diagnostics = set.diagnostics.clone();
+        if let Some(first) = set.first_error() {
+            let message = format!(
+                "invalid manifest {}:{}:{}: {}",
+                first.path, first.line, first.column, first.message
+            );
+            tracing::warn!(app = self.name(), revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced");
+            self.problem = Some(Problem::Invalid {
+                reason: "InvalidManifest",
+                message,
+            });
+            return Ok(());
+        }
+        self.problem = None;
+        let desired: BTreeMap<ObjectKey, Object> = set
+            .objects
+            .into_iter()
+            .map(|(k, d)| (k, d.object))
+            .collect();
+        tracing::info!(app = self.name(), revision = %revision.short(), objects = desired.len(), "New revision");
+        self.in_force = Some(InForce {
+            revision,
+            tree_id: Some(files.tree_id),
+            desired,
+        });
+        report.applied_new_revision = true;
+        if !self.dry_run {
+            // Say what is happening before the (possibly long) apply.
+            set_condition(
+                &mut self.status.conditions,
+                "Reconciling",
+                true,
+                "ApplyingRevision",
+                format!(
+                    "applying {}",
+                    self.last_attempted.as_ref().map_or("", |r| r.short())
+                ),
+                &store::now_rfc3339(),
+            );
+            self.status.last_attempted_revision = self.last_attempted.as_ref().map(|r| r.0.clone());
+            self.write_status().await;
+        }
+        Ok(())
+    }
+
+    /// Makes the store match the revision in force (or, detect-only, finds where it does not).
+    async fn enforce(
+        &mut self,
+        scope: Option<&BTreeSet<ObjectKey>>,
+        report: &mut Report,
+    ) -> Result<(), ()> {
+        let Some(in_force) = self.in_force.clone() else {
+            return Ok(());
+        };
+        let new_revision = self.applied.as_ref() != Some(&in_force.revision);
+        // Detect-only: a new revision is applied, drift is only reported.
+        let dry_run = self.dry_run || (!self.cfg.sync.self_heal && !new_revision);
+        let request = sync::Request {
+            app: self.name(),
+            revision: &in_force.revision,
+            desired: &in_force.desired,
+            scope,
+            options: PlanOptions {
+                prune: self.cfg.sync.prune,
+                allow_empty: self.cfg.sync.allow_empty,
+            },
+            dry_run,
+        };
+        let outcome = {
+            let _claim = self.claim.lock().await;
+            sync::sync(self.store.as_ref(), &request).await
+        };
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                let message = error_chain(&e);
+                tracing::warn!(app = self.name(), error = %message, "Sync failed");
+                self.sync_error = Some(message);
+                return Err(());
+            }
+        };
+        self.sync_error = None;
+        report.summary = outcome.plan.summary();
+        report.committed_revision = outcome.committed_revision;
+        if self.dry_run {
+            report.dry_run_diff = crate::diff::render_plan(&outcome.plan);
+        }
+        for obj in &outcome.written {
+            if let Some(rv) = obj.resource_version() {
+                self.self_writes.insert(obj.key(), rv);
+            }
+        }
+        if !dry_run {
+            self.applied = outcome.inventory.revision.clone();
+        }
+        if scope.is_some() && !dry_run {
+            report.drift_reverted = outcome
+                .plan
+                .steps
+                .iter()
+                .filter(|s| {
+                    matches!(s.action, Action::Create | Action::Update | Action::Delete)
+                        && s.skipped.is_none()
+                })
+                .count();
+            for step in outcome
+                .plan
+                .steps
+                .iter()
+                .filter(|s| s.action != Action::Unchanged)
+            {
+                let fields: Vec<&str> = step.changes.iter().map(|c| c.path.as_str()).collect();
+                tracing::info!(app = self.name(), object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
+            }
+        } else if report.summary.create + report.summary.update + report.summary.delete > 0
+            && !dry_run
+        {
+            tracing::info!(app = self.name(), revision = %in_force.revision.short(),
+                created = report.summary.create, updated = report.summary.update, deleted = report.summary.delete,
+                "Applied");
+        }
+        // Resources: every declared object (this scope), and deletes that did not happen.
+        let mut seen = BTreeSet::new();
+        let conflict_keys: Vec<ObjectKey> = outcome.conflicts.keys().cloned().collect();
+        let conflict_live = if conflict_keys.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.store
+                .get_many(&conflict_keys)
+                .await
+                .map(|l| l.objects)
+                .unwrap_or_default()
+        };
+        for step in &outcome.plan.steps {
+            seen.insert(step.key.clone());
+            let (sync_status, message) = match (step.action, &step.skipped) {
+                (Action::Unchanged, _) => (SyncStatus::Synced, None),
+                (Action::Create | Action::Update, _) if !dry_run => (SyncStatus::Synced, None),
+                (Action::Create, _) => (
+                    SyncStatus::OutOfSync,
+                    Some("missing from the store".to_string()),
+                ),
+                (Action::Update, _) => {
+                    let fields: Vec<&str> = step
+                        .changes
+                        .iter()
+                        .map(|c| c.path.as_str())
+                        .take(5)
+                        .collect();
+                    (
+                        SyncStatus::OutOfSync,
+                        Some(format!("differs from Git: {}", fields.join(", "))),
+                    )
+                }
+                (Action::Delete, Some(why)) => (
+                    SyncStatus::OutOfSync,
+                    Some(format!("no longer in Git; not pruned: {why}")),
+                ),
+                (Action::Delete, None) if dry_run => (
+                    SyncStatus::OutOfSync,
+                    Some("no longer in Git; to be pruned".into()),
+                ),
+                (Action::Delete, None) => {
+                    self.resources.remove(&step.key);
+                    continue;
+                }
+            };
+            let version = step
+                .declared
+                .as_ref()
+                .or(step.live.as_ref())
+                .map_or(String::new(), |o| o.version().to_string());
+            let live = outcome.live.get(&step.key);
+            self.resources.insert(
+                step.key.clone(),
+                ResourceStatus {
+                    group: step.key.group.clone(),
+                    version,
+                    kind: step.key.kind.clone(),
+                    namespace: step.key.namespace.clone(),
+                    name: step.key.name.clone(),
+                    sync: sync_status,
+                    health: if step.action == Action::Delete {
+                        health::assess(live)
+                    } else {
+                        health::assess(if dry_run { step.live.as_ref() } else { live })
+                    },
+                    message,
+                },
+            );
+        }
+        for (key, owner) in &outcome.conflicts {
+            seen.insert(key.clone());
+            let version = in_force
+                .desired
+                .get(key)
+                .map_or(String::new(), |o| o.version().to_string());
+            self.resources.insert(
+                key.clone(),
+                ResourceStatus {
+                    group: key.group.clone(),
+                    version,
+                    kind: key.kind.clone(),
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    sync: SyncStatus::OutOfSync,
+                    health: health::assess(conflict_live.get(key)),
+                    message: Some(format!("also declared by app {owner}, which owns it")),
+                },
+            );
+        }
+        match scope {
+            None => {
+                self.resources.retain(|k, _| seen.contains(k));
+                self.conflicts = outcome.conflicts.clone();
+                self.prune_blocked = outcome
+                    .plan
+                    .steps
+                    .iter()
+                    .find_map(|s| s.skipped.clone().filter(|w| w.contains("allowEmpty")));
+            }
+            Some(keys) => {
+                for k in keys {
+                    if !seen.contains(k) {
+                        self.resources.remove(k);
+                    }
+                    self.conflicts.remove(k);
+                }
+                self.conflicts.extend(outcome.conflicts.clone());
+            }
+        }
+        self.owned = in_force
+            .desired
+            .keys()
+            .chain(outcome.inventory.entries.keys())
+            .cloned()
+            .collect();
+        Ok(())
+    }
+
+    /// Recomputes the status from the state.
+    fn compute_status(&mut self) {
+        let now = store::now_rfc3339();
+        let s = &mut self.status;
+        s.revision = self.in_force.as_ref().map(|f| f.revision.0.clone());
+        s.last_attempted_revision = self
+            .last_attempted
+            .as_ref()
+            .map(|r| r.0.clone())
+            .or_else(|| s.revision.clone());
+        s.resources = self.resources.values().cloned().collect();
+        s.diagnostics = self.diagnostics.clone();
+        let out_of_sync = s
+            .resources
+            .iter()
+            .filter(|r| r.sync != SyncStatus::Synced)
+            .count();
+        s.sync = if self.problem.is_some() || self.in_force.is_none() || self.sync_error.is_some() {
+            SyncStatus::Unknown
+        } else if out_of_sync > 0 {
+            SyncStatus::OutOfSync
+        } else {
+            SyncStatus::Synced
+        };
+        s.health = if self.in_force.is_none() {
+            Health::Unknown
+        } else {
+            health::worst(s.resources.iter().map(|r| r.health))
+        };
+        match s.sync {
+            SyncStatus::Synced => s.out_of_sync_since = None,
+            _ => {
+                if s.out_of_sync_since.is_none() {
+                    s.out_of_sync_since = Some(now.clone());
+                }
+            }
+        }
+        let enforcing = self
+            .in_force
+            .as_ref()
+            .map(|f| format!("; enforcing {}", f.revision.short()))
+            .unwrap_or_default();
+        let (ready, reason, message) = if let Some(Problem::Source { message, .. }) = &self.problem
+        {
+            (false, "SourceUnavailable", format!("{message}{enforcing}"))
+        } else if let Some(Problem::Invalid { reason, message }) = &self.problem {
+            (false, *reason, format!("{message}{enforcing}"))
+        } else if let Some(e) = &self.sync_error {
+            (false, "SyncFailed", format!("{e}{enforcing}"))
+        } else if let Some((key, owner)) = self.conflicts.iter().next() {
+            (
+                false,
+                "OwnershipConflict",
+                format!(
+                    "{key} is also declared by app {owner}, which owns it; {} conflict(s)",
+                    self.conflicts.len()
+                ),
+            )
+        } else if let Some(why) = &self.prune_blocked {
+            (false, "PruneBlocked", why.clone())
+        } else if out_of_sync > 0 {
+            let why = if self.cfg.sync.self_heal {
+                ""
+            } else {
+                " (detect-only: selfHeal is off)"
+            };
+            (
+                false,
+                "OutOfSync",
+                format!("{out_of_sync} object(s) differ from Git{why}"),
+            )
+        } else if let Some(f) = &self.in_force {
+            (
+                true,
+                "Synced",
+                format!(
+                    "synced {} objects at {}",
+                    f.desired.len(),
+                    f.revision.short()
+                ),
+            )
+        } else {
+            (false, "Initializing", "no revision applied yet".to_string())
+        };
+        set_condition(&mut s.conditions, "Ready", ready, reason, message, &now);
+        let failing = self.backoff.failing()
+            || matches!(self.problem, Some(Problem::Source { .. }))
+            || self.sync_error.is_some();
+        if failing {
+            set_condition(
+                &mut s.conditions,
+                "Reconciling",
+                true,
+                "RetryScheduled",
+                "the last attempt failed; retrying with backoff",
+                &now,
+            );
+        } else {
+            set_condition(
+                &mut s.conditions,
+                "Reconciling",
+                false,
+                "Succeeded",
+                "reconciled",
+                &now,
+            );
+        }
+        match &self.problem {
+            Some(Problem::Source { reason, message }) => {
+                set_condition(
+                    &mut s.conditions,
+                    "SourceAvailable",
+                    false,
+                    reason,
+                    message.clone(),
+                    &now,
+                );
+            }
+            _ => {
+                if let Some(m) = &self.source_message {
+                    set_condition(
+                        &mut s.conditions,
+                        "SourceAvailable",
+                        true,
+                        "Succeeded",
+                        m.clone(),
+                        &now,
+                    );
+                }
+            }
+        }
+    }
+
+    async fn write_status(&mut self) {
+        if self.written.as_ref() == Some(&self.status) {
+            return;
+        }
+        match status::write(self.store.as_ref(), &self.status).await {
+            Ok(()) => self.written = Some(self.status.clone()),
+            Err(e) => {
+                tracing::warn!(app = self.name(), error = %error_chain(&e), "Cannot write status")
+            }
+        }
+    }
+}
+
+/// An error and its sources, joined with `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// A handle to ask an app for an immediate reconcile.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    triggers: HashMap<String, mpsc::Sender<()>>,
+}
+
+impl Handle {
+    /// Asks `app` to fetch and reconcile now. False when there is no such app.
+    pub fn trigger(&self, app: &str) -> bool {
+        match self.triggers.get(app) {
+            Some(tx) => {
+                let _ = tx.try_send(());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The running agent: one loop per app, one store watch feeding them.
+pub struct Agent {
+    store: Arc<dyn Store>,
+    apps: Vec<App>,
+}
+
+impl Agent {
+    /// Loads every app's state.
+    ///
+    /// # Errors
+    ///
+    /// As [`App::load`].
+    pub async fn new(
+        store: Arc<dyn Store>,
+        git: GitCache,
+        apps: Vec<AppConfig>,
+    ) -> Result<Self, Error> {
+        let claim = Arc::new(Mutex::new(()));
+        let mut loaded = Vec::new();
+        for cfg in apps {
+            loaded.push(App::load(cfg, store.clone(), git.clone(), claim.clone(), false).await?);
+        }
+        Ok(Self {
+            store,
+            apps: loaded,
+        })
+    }
+
+    /// Starts the agent: watches the store and runs each app's loop until `shutdown` becomes
+    /// true. Returns a handle for manual triggers and the task, which ends once every loop has
+    /// finished its current reconcile.
+    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> (Handle, tokio::task::JoinHandle<()>) {
+        let (events, _) = broadcast::channel::<WatchItem>(4096);
+        let mut triggers = HashMap::new();
+        let mut loops = Vec::new();
+        for app in self.apps {
+            let (tx, rx) = mpsc::channel(8);
+            triggers.insert(app.name().to_string(), tx);
+            loops.push(AppLoop {
+                app,
+                events: events.subscribe(),
+                manual: rx,
+                shutdown: shutdown.clone(),
+            });
+        }
+        let store = self.store;
+        let mut stop = shutdown.clone();
+        let task = async move {
+            let start = loop {
+                match store.revision().await {
+                    Ok(r) => break r,
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "Store unreachable; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(BACKOFF_MIN) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                }
+            };
+            let backend = store.backend();
+            let watcher = tokio::spawn(
+                watch_store(store, start, events, shutdown)
+                    .instrument(tracing::info_span!("store_watch_loop", backend)),
+            );
+            let mut tasks = Vec::new();
+            for l in loops {
+                let span = tracing::info_span!("app", app = %l.app.name());
+                tasks.push(tokio::spawn(l.run().instrument(span)));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = watcher.await;
+        };
+        let join = tokio::spawn(task.instrument(tracing::info_span!("agent")));
+        (Handle { triggers }, join)
+    }
+}
+
+/// Follows the store's change feed and broadcasts it to the app loops, resuming after errors.
+async fn watch_store(
+    store: Arc<dyn Store>,
+    mut from: u64,
+    events: broadcast::Sender<WatchItem>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Backoff::default();
+    loop {
+        match store.watch(from).await {
+            Ok(mut w) => loop {
+                tokio::select! {
+                    item = w.recv() => match item {
+                        Some(Ok(item)) => {
+                            backoff.reset();
+                            match &item {
+                                // Resume from the previous revision: events of one revision
+                                // may be split across a reconnect; duplicates are harmless.
+                                WatchItem::Event(e) => from = e.revision.saturating_sub(1),
+                                WatchItem::Relist { revision } => from = *revision,
+                            }
+                            let _ = events.send(item);
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %error_chain(&e), "Store watch failed; resuming");
+                            break;
+                        }
+                        None => break,
+                    },
+                    _ = shutdown.changed() => return,
+                }
+            },
+            Err(e) => tracing::warn!(error = %error_chain(&e), "Cannot watch the store; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.fail()) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One app's loop: waits for a trigger, reconciles, repeats until shutdown.
+struct AppLoop {
+    app: App,
+    events: broadcast::Receiver<WatchItem>,
+    manual: mpsc::Receiver<()>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl AppLoop {
+    async fn run(mut self) {
+        let mut next_fetch = Instant::now();
+        loop {
+            let trigger = tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
+                Some(()) = self.manual.recv() => Trigger::Fetch,
+                item = self.events.recv() => match item {
+                    Ok(item) => match self.collect(item) {
+                        Some(t) => t,
+                        None => continue,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::info!(skipped = n, "Change feed lagged; enforcing every object");
+                        Trigger::Enforce
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            };
+            let fetch = trigger == Trigger::Fetch;
+            let (delay, _report) = self.app.reconcile(trigger).await;
+            if fetch || self.app.backoff.failing() {
+                next_fetch = Instant::now() + delay;
+            }
+        }
+        tracing::info!("Stopped");
+    }
+
+    /// Turns a watch item, and any others already queued, into a trigger (or nothing when none
+    /// concerns this app).
+    fn collect(&mut self, first: WatchItem) -> Option<Trigger> {
+        let mut keys = BTreeSet::new();
+        let mut relist = false;
+        let mut take = |item: WatchItem, keys: &mut BTreeSet<ObjectKey>| match item {
+            WatchItem::Event(e) => {
+                if self.app.cares_about(&e.key, e.revision) {
+                    keys.insert(e.key);
+                }
+            }
+            WatchItem::Relist { .. } => relist = true,
+        };
+        take(first, &mut keys);
+        while let Ok(item) = self.events.try_recv() {
+            take(item, &mut keys);
+        }
+        if relist {
+            Some(Trigger::Enforce)
+        } else if keys.is_empty() {
+            None
+        } else {
+            Some(Trigger::Keys(keys))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_to_three_minutes() {
+        let mut b = Backoff::default();
+        let delays: Vec<u64> = (0..8).map(|_| b.fail().as_secs()).collect();
+        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 180, 180]);
+        assert!(b.failing());
+        b.reset();
+        assert_eq!(b.fail().as_secs(), 5);
+    }
+}
