@@ -682,25 +682,26 @@ impl Ctx<'_> {
             return;
         }
         // A List holds objects in `items` (kubectl's `v1/List` and `*List` kinds).
-        if kind_s.ends_with("List") && !in_list {
-            if let Some((_, items)) = map_get(entries, "items") {
-                match &items.value {
-                    NodeKind::Seq(list) => {
-                        for item in list {
-                            self.document(item, true);
-                        }
+        if kind_s.ends_with("List")
+            && !in_list
+            && let Some((_, items)) = map_get(entries, "items")
+        {
+            match &items.value {
+                NodeKind::Seq(list) => {
+                    for item in list {
+                        self.document(item, true);
                     }
-                    NodeKind::Null => {}
-                    other => self.error(
-                        pos(items),
-                        format!(
-                            "`items` of a {kind_s} must be a list, not {}",
-                            node_type(other)
-                        ),
-                    ),
                 }
-                return;
+                NodeKind::Null => {}
+                other => self.error(
+                    pos(items),
+                    format!(
+                        "`items` of a {kind_s} must be a list, not {}",
+                        node_type(other)
+                    ),
+                ),
             }
+            return;
         }
         let group = api_version_s
             .rsplit_once('/')
@@ -710,7 +711,7 @@ impl Ctx<'_> {
         if self.error_count() > errors_before {
             return;
         }
-        let value = match self.to_json(doc) {
+        let value = match self.json_of(doc) {
             Some(v) => v,
             None => return,
         };
@@ -872,7 +873,7 @@ impl Ctx<'_> {
 
     /// Converts a node to JSON, reporting ambiguous legacy numbers and non-scalar keys.
     /// `None` when an error was reported.
-    fn to_json(&mut self, node: &Node) -> Option<Value> {
+    fn json_of(&mut self, node: &Node) -> Option<Value> {
         Some(match &node.value {
             NodeKind::Null => Value::Null,
             NodeKind::Bool(b) => Value::Bool(*b),
@@ -896,7 +897,7 @@ impl Ctx<'_> {
                 let mut out = Vec::with_capacity(items.len());
                 let mut ok = true;
                 for item in items {
-                    match self.to_json(item) {
+                    match self.json_of(item) {
                         Some(v) => out.push(v),
                         None => ok = false,
                     }
@@ -917,7 +918,7 @@ impl Ctx<'_> {
                             continue;
                         }
                     };
-                    match self.to_json(v) {
+                    match self.json_of(v) {
                         Some(v) => {
                             out.insert(key, v);
                         }

@@ -330,3 +330,18 @@ async fn sqlite_store_survives_reopening() {
         Some(&json!({"k": "1"}))
     );
 }
+
+#[test]
+fn processes_opening_a_new_sqlite_store_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || SqliteStore::open(&path, Default::default()).map(|_| ()))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().expect("open succeeds despite the others");
+    }
+}

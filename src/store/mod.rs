@@ -30,7 +30,7 @@ pub enum Error {
     #[error("conflict on {key}: expected {expected}, found {found}")]
     Conflict {
         /// The object whose precondition failed.
-        key: ObjectKey,
+        key: Box<ObjectKey>,
         /// What the writer expected, e.g. `resourceVersion 12` or `absent`.
         expected: String,
         /// What the store holds, e.g. `resourceVersion 14` or `absent`.
@@ -109,7 +109,7 @@ impl Precondition {
             (true, None) => "present".to_string(),
         };
         Err(Error::Conflict {
-            key: key.clone(),
+            key: Box::new(key.clone()),
             expected: match self {
                 Precondition::Any => "anything".into(),
                 Precondition::Absent => "absent".into(),
@@ -322,7 +322,7 @@ pub(crate) fn check_distinct(writes: &[Write]) -> Result<()> {
         let key = w.key();
         if !seen.insert(key.clone()) {
             return Err(Error::Conflict {
-                key,
+                key: Box::new(key),
                 expected: "one write per key in a transaction".into(),
                 found: "two writes".into(),
             });

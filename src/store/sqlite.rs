@@ -78,9 +78,46 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT
 fn connect(path: &Path, opts: &Options) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(opts.busy_timeout)?;
-    let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    // Switching to WAL takes an exclusive lock and does not wait on the busy handler, so only
+    // switch when needed (the mode is stored in the file).
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    }
     conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
     Ok(conn)
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Opens the file and creates the tables, retrying while another process holds the lock
+/// (two processes opening a new store at once), up to the busy timeout.
+fn open_and_prepare(path: &Path, opts: &Options) -> rusqlite::Result<Connection> {
+    let deadline = std::time::Instant::now() + opts.busy_timeout;
+    loop {
+        let attempt = connect(path, opts).and_then(|conn| {
+            let ready: i64 = conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('objects', 'changes', 'meta')",
+                [],
+                |r| r.get(0),
+            )?;
+            if ready < 3 {
+                conn.execute_batch(SCHEMA)?;
+            }
+            Ok(conn)
+        });
+        match attempt {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn meta(conn: &Connection, k: &str) -> rusqlite::Result<u64> {
@@ -112,8 +149,7 @@ impl SqliteStore {
     ///
     /// [`Error::Backend`] when the file cannot be opened or is not a driftless store.
     pub fn open(path: &Path, opts: Options) -> Result<Self> {
-        let conn = connect(path, &opts).map_err(backend("open"))?;
-        conn.execute_batch(SCHEMA).map_err(backend("open"))?;
+        let conn = open_and_prepare(path, &opts).map_err(backend("open"))?;
         Ok(Self {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
@@ -365,7 +401,7 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, from_revision: u64) -> Result<Watch> {
-        let conn = connect(&self.path, &self.opts).map_err(backend("watch"))?;
+        let conn = open_and_prepare(&self.path, &self.opts).map_err(backend("watch"))?;
         let (tx, rx) = mpsc::channel(1024);
         let poll = self.opts.poll_interval;
         let span =

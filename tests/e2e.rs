@@ -1,0 +1,714 @@
+//! End to end: the real `driftless` binary, real Git repositories made with `git`, the SQLite
+//! store on disk, and a second process (`driftless store put`) writing while the agent runs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{GitRepo, configmap};
+use serde_json::{Value, json};
+
+/// A project: a Git repository of manifests under `app/`, a config file and a store.
+struct Env {
+    repo: GitRepo,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        Self::with_sync("")
+    }
+
+    /// A project whose app has these extra `sync:` lines and a one-hour poll interval, so
+    /// anything that happens fast was caused by the change feed, not the timer.
+    fn with_sync(sync_yaml: &str) -> Self {
+        Self::with_options("1h", sync_yaml)
+    }
+
+    fn with_options(interval: &str, sync_yaml: &str) -> Self {
+        let repo = GitRepo::new();
+        repo.write("app/a.yaml", configmap("a", &[("k", "1")]));
+        repo.write("app/b.yaml", configmap("b", &[("k", "1")]));
+        repo.write("app/README.md", "not a manifest");
+        repo.commit("first");
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: demo\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n    sync:\n      prune: true\n{sync_yaml}",
+            repo.url()
+        );
+        std::fs::write(dir.path().join("driftless.yaml"), config).unwrap();
+        Env { repo, dir }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("driftless.yaml")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
+        c.arg("-c").arg(self.config()).current_dir(self.dir.path());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("driftless runs")
+    }
+
+    fn put(&self, yaml: &str) {
+        let f = self.dir.path().join("put.yaml");
+        std::fs::write(&f, yaml).unwrap();
+        let out = self.run(&["store", "put", "-f", f.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A live object as JSON, `None` when absent.
+    fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self.run(&["store", "get", kind, name, "-o", "json"]);
+        match out.status.code() {
+            Some(0) => Some(serde_json::from_slice(&out.stdout).unwrap()),
+            Some(1) => None,
+            other => panic!(
+                "store get exited {other:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    fn status(&self) -> Value {
+        let out = self.run(&["status", "-o", "json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["apps"][0].clone()
+    }
+
+    /// Every live object's key and resourceVersion.
+    fn versions(&self) -> Vec<(String, String)> {
+        let out = self.run(&["store", "list", "-o", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    format!("{}/{}", o["kind"], o["metadata"]["name"]),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
+    fn store_revision(&self) -> u64 {
+        store_revision(&self.dir.path().join("store.db"))
+    }
+
+    fn agent(&self) -> Agent {
+        self.agent_with(&[])
+    }
+
+    /// Starts `driftless [args] run`; its log goes to `agent.log` in the project folder.
+    fn agent_with(&self, args: &[&str]) -> Agent {
+        let log = std::fs::File::create(self.log_path()).unwrap();
+        let child = self
+            .cmd()
+            .args(args)
+            .arg("run")
+            .env("RUST_LOG", "info,driftless=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("agent starts");
+        Agent {
+            child: Some(child),
+            log: self.log_path(),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("agent.log")
+    }
+
+    /// The agent's log so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Waits for `f`, showing the agent's log if it does not come.
+    fn wait(&self, what: &str, timeout: Duration, f: impl FnMut() -> bool) -> Duration {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_for(what, timeout, f)))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("agent log:\n{}", self.log());
+                std::panic::resume_unwind(e)
+            }
+        }
+    }
+}
+
+/// The store's revision, read through the library (another process's view).
+fn store_revision(path: &Path) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use driftless::store::Store;
+        let s = driftless::store::sqlite::SqliteStore::open(path, Default::default()).unwrap();
+        s.revision().await.unwrap()
+    })
+}
+
+struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// SIGTERM, then the exit status and the log.
+    fn stop(self) -> (Option<i32>, String) {
+        self.stop_with("-TERM")
+    }
+
+    /// Sends `signal` (`-TERM`, `-INT`), then the exit status and the log.
+    fn stop_with(mut self, signal: &str) -> (Option<i32>, String) {
+        let mut child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = child.wait().unwrap();
+        (
+            status.code(),
+            std::fs::read_to_string(&self.log).unwrap_or_default(),
+        )
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it returns true or `timeout` passes; returns the time taken.
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn first_sync_applies_every_object_and_records_status() {
+    let env = Env::new();
+    let out = env.run(&["sync"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).starts_with("demo: Synced Healthy at "),
+        "{}",
+        stdout(&out)
+    );
+    let a = env.get("configmap", "a").expect("created");
+    assert_eq!(a["data"], json!({"k": "1"}));
+    assert_eq!(a["metadata"]["namespace"], "default");
+    assert_eq!(a["metadata"]["generation"], 1);
+    let st = env.status();
+    assert_eq!(st["name"], "demo");
+    assert_eq!(st["sync"], "Synced");
+    assert_eq!(st["health"], "Healthy");
+    assert_eq!(st["revision"], env.repo.head());
+    assert_eq!(st["lastAttemptedRevision"], env.repo.head());
+    assert_eq!(st["outOfSyncSince"], Value::Null);
+    let resources = st["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 2);
+    assert_eq!(
+        resources[0],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "default", "name": "a", "sync": "Synced", "health": "Healthy"})
+    );
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["reason"], "Synced");
+    assert!(ready["lastTransitionTime"].as_str().unwrap().ends_with('Z'));
+    for t in ["Reconciling", "SourceAvailable"] {
+        assert!(
+            st["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == t),
+            "{t}"
+        );
+    }
+    // The table form.
+    let table = stdout(&env.run(&["status"]));
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("demo") && table.contains("Synced"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_no_op_resync_writes_nothing() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let before = env.versions();
+    let rev = env.store_revision();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert_eq!(env.versions(), before, "resourceVersions unchanged");
+    assert_eq!(
+        env.store_revision(),
+        rev,
+        "not a single write, status record included"
+    );
+}
+
+#[test]
+fn an_out_of_band_change_is_reverted_by_the_change_feed() {
+    let env = Env::new();
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    // The interval is one hour: only the change feed can bring the revert.
+    env.put(&configmap("a", &[("k", "changed by hand")]));
+    let took = env.wait("revert", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    eprintln!("reverted in {took:?}");
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("Drift reverted"), "{log}");
+    assert!(log.contains("Stopped cleanly"), "{log}");
+}
+
+#[test]
+fn an_out_of_band_delete_is_recreated() {
+    let env = Env::new();
+    let _agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "b").is_some()
+    });
+    let out = env.run(&["store", "delete", "configmap", "b"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    env.wait("recreate", Duration::from_secs(10), || {
+        env.get("configmap", "b").is_some()
+    });
+    assert_eq!(
+        env.get("configmap", "b").unwrap()["data"],
+        json!({"k": "1"})
+    );
+}
+
+#[test]
+fn undeclared_fields_are_kept_and_are_not_drift() {
+    let env = Env::new();
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    // Another writer adds a label and a data key Git does not declare, and a status.
+    env.put("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {team: ops}\ndata:\n  k: \"1\"\n  extra: kept\nstatus:\n  seen: \"yes\"\n");
+    let rv = env.get("configmap", "a").unwrap()["metadata"]["resourceVersion"].clone();
+    // Make a real drift on another object, and wait for it to be reverted: the agent has by
+    // then also seen the first write.
+    env.put(&configmap("b", &[("k", "drift")]));
+    env.wait("revert of b", Duration::from_secs(10), || {
+        env.get("configmap", "b")
+            .is_some_and(|b| b["data"]["k"] == "1")
+    });
+    let a = env.get("configmap", "a").unwrap();
+    assert_eq!(a["metadata"]["resourceVersion"], rv, "not written again");
+    assert_eq!(a["data"]["extra"], "kept");
+    assert_eq!(a["metadata"]["labels"]["team"], "ops");
+    assert_eq!(a["status"]["seen"], "yes");
+    assert_eq!(env.status()["sync"], "Synced");
+    drop(agent);
+}
+
+#[test]
+fn new_commits_are_applied_and_removed_files_pruned() {
+    let env = Env::with_options("1s", "");
+    let _agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.write("app/c.yaml", configmap("c", &[]));
+    env.repo.remove("app/b.yaml");
+    let head = env.repo.commit("second");
+    env.wait("new commit applied", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+    assert!(env.get("configmap", "c").is_some());
+    assert!(env.get("configmap", "b").is_none(), "pruned");
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["metadata"]["generation"],
+        2
+    );
+}
+
+#[test]
+fn objects_never_declared_by_git_are_not_pruned() {
+    let env = Env::new();
+    env.put(&configmap("stranger", &[("k", "v")]));
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    env.repo.remove("app/b.yaml");
+    env.repo.commit("drop b");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert!(env.get("configmap", "b").is_none(), "b was ours: pruned");
+    assert!(
+        env.get("configmap", "stranger").is_some(),
+        "never ours: kept"
+    );
+}
+
+#[test]
+fn a_bad_commit_applies_nothing_and_the_previous_revision_stays_enforced() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let good = env.repo.head();
+    // One valid change and one broken file in the same commit.
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.write("app/bad.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  labels:\n    track: a\n    track: b\n");
+    let bad = env.repo.commit("broken");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("app/bad.yaml:7:5: error: duplicate key `track`"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "1",
+        "nothing of the bad commit applied"
+    );
+    assert!(env.get("configmap", "bad").is_none());
+    let st = env.status();
+    assert_eq!(st["revision"], good);
+    assert_eq!(st["lastAttemptedRevision"], bad);
+    assert_eq!(st["sync"], "Unknown");
+    assert_eq!(
+        st["diagnostics"][0],
+        json!({"severity": "error", "path": "app/bad.yaml", "line": 7, "column": 5, "message": "duplicate key `track`"})
+    );
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "InvalidManifest");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid manifest app/bad.yaml:7:5: duplicate key `track`"),
+        "{ready}"
+    );
+    // The good revision is still enforced: drift is reverted to it.
+    env.put(&configmap("b", &[("k", "drift")]));
+    env.run(&["sync"]);
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "1");
+    // A fixed commit recovers.
+    env.repo.remove("app/bad.yaml");
+    let fixed = env.repo.commit("fixed");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let st = env.status();
+    assert_eq!(st["revision"], fixed);
+    assert_eq!(st["sync"], "Synced");
+    assert_eq!(st["diagnostics"], json!([]));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+}
+
+#[test]
+fn the_previous_revision_survives_a_restart_with_a_bad_head() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    env.repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: 0755}\n",
+    );
+    env.repo.commit("bad");
+    // A new process, the bad commit at HEAD: the inventory still says what is in force.
+    env.put(&configmap("a", &[("k", "drift")]));
+    assert_eq!(env.run(&["sync"]).status.code(), Some(1));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+}
+
+#[test]
+fn an_empty_desired_set_prunes_nothing_unless_allowed() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    env.repo.remove("app/a.yaml");
+    env.repo.remove("app/b.yaml");
+    env.repo.commit("everything gone");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(1));
+    assert!(env.get("configmap", "a").is_some() && env.get("configmap", "b").is_some());
+    let st = env.status();
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "PruneBlocked", "{ready}");
+}
+
+#[test]
+fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
+    let env = Env::with_sync("      selfHeal: false\n");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    env.put(&configmap("a", &[("k", "by hand")]));
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "by hand",
+        "not reverted"
+    );
+    let st = env.status();
+    assert_eq!(st["sync"], "OutOfSync");
+    assert!(st["outOfSyncSince"].as_str().is_some());
+    let a = st["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "a")
+        .unwrap()
+        .clone();
+    assert_eq!(a["sync"], "OutOfSync");
+    assert!(a["message"].as_str().unwrap().contains("data.k"), "{a}");
+    // A new commit is still applied.
+    env.repo.write("app/b.yaml", configmap("b", &[("k", "2")]));
+    env.repo.commit("b changes");
+    env.run(&["sync"]);
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "2");
+}
+
+#[test]
+fn diff_exits_0_1_2_and_masks_secrets() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let same = env.run(&["diff"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(
+        stdout(&same).contains("0 to create, 0 to update, 0 to delete, 2 unchanged"),
+        "{}",
+        stdout(&same)
+    );
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.write(
+        "app/s.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata:\n  password: aHVudGVyMg==\n",
+    );
+    env.repo.commit("change");
+    let changed = env.run(&["diff"]);
+    assert_eq!(changed.status.code(), Some(1), "{}", stderr(&changed));
+    let text = stdout(&changed);
+    assert!(text.contains("~ update ConfigMap default/a"), "{text}");
+    assert!(
+        text.contains("-  k: '1'") || text.contains("-  k: \"1\""),
+        "{text}"
+    );
+    assert!(text.contains("+ create Secret default/s"), "{text}");
+    assert!(!text.contains("aHVudGVyMg=="), "secret value shown: {text}");
+    assert!(text.contains("*** (sha256:"), "{text}");
+    assert!(
+        text.contains("1 to create, 1 to update, 0 to delete, 1 unchanged"),
+        "{text}"
+    );
+    // Nothing was written by diff.
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // A past revision by id.
+    let first = env.repo.git(&["rev-list", "--max-parents=0", "HEAD"]);
+    assert_eq!(
+        env.run(&["diff", "--revision", &first]).status.code(),
+        Some(0)
+    );
+    env.repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: 'Bad'}\n",
+    );
+    env.repo.commit("bad");
+    let bad = env.run(&["diff"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("app/bad.yaml:3:18: error: invalid metadata.name `Bad`"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn validate_prints_path_line_column_and_exits_1_on_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ok.yaml"), configmap("ok", &[])).unwrap();
+    std::fs::write(dir.path().join("values.yaml"), "replicas: 2\n").unwrap();
+    let good = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("validate")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(good.status.code(), Some(0), "{}", stdout(&good));
+    let shown = dir.path().join("values.yaml").display().to_string();
+    assert_eq!(
+        stdout(&good),
+        format!(
+            "{shown}:1:1: warning: skipped: no `apiVersion` and `kind`, so not an object (Helm values, kustomization.yaml or CI files look like this)\n"
+        )
+    );
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  labels:\n    version: 1.20\n",
+    )
+    .unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("validate")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let bad_path = dir.path().join("bad.yaml").display().to_string();
+    assert!(
+        stdout(&bad).contains(&format!("{bad_path}:6:14: error: value of label `version` must be a string, not a number: write `version: \"1.20\"`")),
+        "{}",
+        stdout(&bad)
+    );
+    assert!(
+        stderr(&bad).contains("3 file(s), 1 object(s), 1 skipped, 1 error(s), 1 warning(s)"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn store_commands_get_put_list_delete_with_their_exit_statuses() {
+    let env = Env::new();
+    assert_eq!(
+        env.run(&["store", "get", "configmap", "nope"])
+            .status
+            .code(),
+        Some(1)
+    );
+    assert_eq!(
+        env.run(&["store", "delete", "configmap", "nope"])
+            .status
+            .code(),
+        Some(1)
+    );
+    env.put("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: prod}\nspec: {replicas: 1}\n");
+    let list = stdout(&env.run(&["store", "list", "Deployment.apps", "-n", "prod"]));
+    assert!(list.contains("prod") && list.contains("web"), "{list}");
+    let got = env.run(&[
+        "store",
+        "get",
+        "deployments.apps",
+        "web",
+        "-n",
+        "prod",
+        "-o",
+        "yaml",
+    ]);
+    assert_eq!(got.status.code(), Some(0));
+    assert!(stdout(&got).contains("replicas: 1"), "{}", stdout(&got));
+    // Compare-and-swap from a file that carries a stale resourceVersion.
+    env.put("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: prod}\nspec: {replicas: 2}\n");
+    let f = env.dir.path().join("stale.yaml");
+    std::fs::write(&f, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: prod, resourceVersion: \"1\"}\nspec: {replicas: 3}\n").unwrap();
+    let stale = env.run(&["store", "put", "-f", f.to_str().unwrap()]);
+    assert_eq!(stale.status.code(), Some(2));
+    assert!(
+        stderr(&stale).contains("conflict on Deployment.apps prod/web: expected resourceVersion 1"),
+        "{}",
+        stderr(&stale)
+    );
+    assert_eq!(
+        env.run(&["store", "delete", "deployment", "web", "-n", "prod"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        env.run(&["store", "get", "deployment", "web", "-n", "prod"])
+            .status
+            .code(),
+        Some(1)
+    );
+    // A broken file writes nothing and says where.
+    let broken = env.dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n---\nkind: [\n",
+    )
+    .unwrap();
+    let out = env.run(&["store", "put", "-f", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(env.get("configmap", "ok").is_none());
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let env = Env::new();
+    let agent = env.agent_with(&["--log-format", "json"]);
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let (code, log) = agent.stop_with("-INT");
+    assert_eq!(code, Some(0), "SIGINT stops cleanly too: {log}");
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(lines.len() >= 3, "{log}");
+    for l in lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["fields"]["message"].is_string(), "{l}");
+    }
+}
