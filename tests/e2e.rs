@@ -712,3 +712,103 @@ fn json_logs_are_one_object_per_line() {
         assert!(v["fields"]["message"].is_string(), "{l}");
     }
 }
+
+/// A project whose app syncs `url` (any repository URL) at `path`.
+fn env_for(url: &str, path: &str) -> Env {
+    let env = Env::new();
+    let config = format!(
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: demo\n    source:\n      repo: {url}\n      path: {path}\n      interval: 1h\n"
+    );
+    std::fs::write(env.config(), config).unwrap();
+    env
+}
+
+#[test]
+fn anonymous_https_repositories_are_fetched_and_followed() {
+    let server = common::HttpsGitServer::start();
+    let env = Env::new();
+    let url = server.publish(&env.repo, "manifests");
+    let env = Env {
+        repo: env.repo,
+        dir: env_for(&url, "app").dir,
+    };
+    let sync = |trust: bool| {
+        let mut c = env.cmd();
+        if trust {
+            c.env("SSL_CERT_FILE", &server.cert);
+        }
+        c.arg("sync").output().unwrap()
+    };
+    // An untrusted certificate is a source error: nothing is applied, and it says why.
+    let out = sync(false);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(env.get("configmap", "a").is_none());
+    let source = env.status()["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "SourceAvailable")
+        .unwrap()
+        .clone();
+    assert_eq!(source["status"], "False");
+    assert!(
+        source["message"].as_str().unwrap().contains("certificate"),
+        "{source}"
+    );
+    // Trusted, it syncs.
+    let out = sync(true);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // A new commit pushed to the server is fetched (incrementally) and applied.
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    let head = env.repo.commit("over https");
+    server.update(&env.repo, "manifests");
+    assert_eq!(sync(true).status.code(), Some(0));
+    assert_eq!(env.status()["revision"], head);
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+}
+
+#[test]
+fn real_corpus_manifests_sync_and_messy_folders_are_refused_with_both_files_named() {
+    let env = Env::new();
+    let corpus = common::shared().join("corpus/kubernetes-examples/web");
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(&corpus)
+        .arg(env.repo.path().join("web"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    env.repo.commit("kubernetes/examples web/");
+    // guestbook-go: six plain manifests.
+    let ok = env_for(&env.repo.url(), "web/guestbook-go");
+    let out = ok.run(&["sync"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(ok.status()["resources"].as_array().unwrap().len(), 6);
+    assert!(ok.get("replicationcontroller", "guestbook").is_some());
+    // guestbook: its all-in-one/ and legacy/ folders declare the same objects again.
+    let messy = env_for(&env.repo.url(), "web/guestbook");
+    let out = messy.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("web/guestbook/frontend-deployment.yaml") && err.contains("is declared twice"),
+        "{err}"
+    );
+    assert!(
+        messy.get("deployment", "frontend").is_none(),
+        "nothing applied"
+    );
+}

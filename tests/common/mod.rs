@@ -104,3 +104,92 @@ pub fn configmap(name: &str, data: &[(&str, &str)]) -> String {
 pub fn shared() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared")
 }
+
+/// A smart-HTTP Git server (`git http-backend` behind `tests/support/git_http_server.py`) on
+/// loopback, serving bare copies of test repositories, over TLS with a self-signed certificate.
+pub struct HttpsGitServer {
+    pub root: tempfile::TempDir,
+    pub port: u16,
+    /// The server's certificate (PEM), to trust through `SSL_CERT_FILE`.
+    pub cert: PathBuf,
+    child: std::process::Child,
+}
+
+impl HttpsGitServer {
+    /// Starts the server.
+    pub fn start() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let cert = root.path().join("cert.pem");
+        let key = root.path().join("key.pem");
+        let out = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+            ])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/git_http_server.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg("--root")
+            .arg(root.path())
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the server prints its port");
+        HttpsGitServer {
+            root,
+            port,
+            cert,
+            child,
+        }
+    }
+
+    /// Publishes `repo` as `<name>.git` (a bare clone) and returns its https URL.
+    pub fn publish(&self, repo: &GitRepo, name: &str) -> String {
+        let dest = self.root.path().join(format!("{name}.git"));
+        repo.git(&["clone", "-q", "--bare", ".", dest.to_str().unwrap()]);
+        format!("https://127.0.0.1:{}/{name}.git", self.port)
+    }
+
+    /// Pushes `repo`'s main branch to the published copy.
+    pub fn update(&self, repo: &GitRepo, name: &str) {
+        let dest = self.root.path().join(format!("{name}.git"));
+        repo.git(&["push", "-q", "--force", dest.to_str().unwrap(), "main"]);
+    }
+}
+
+impl Drop for HttpsGitServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
