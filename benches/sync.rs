@@ -1,1 +1,348 @@
-fn main() {}
+//! Benchmark (not a test): the SQLite store at 10,000 objects.
+//!
+//! Generates a Git repository of N objects (default 10,000: half ConfigMaps, half Deployments,
+//! ten per file), then measures with the release binary:
+//!
+//! - cold sync: `driftless sync` on a fresh store and a fresh repository cache;
+//! - no-op resync: `driftless sync` again, nothing to do;
+//! - drift-revert latency: with `driftless run` going, an out-of-band write to one object, until
+//!   the agent has written it back (200 changes; median and p99);
+//! - peak memory (max RSS) of the sync and of the running agent;
+//!
+//! and beside them the floor: SQLite itself writing the same N documents in one transaction,
+//! in the same run. Run with `cargo bench --bench sync` (`-- --objects 100000` for another size,
+//! `-- --runs 5` for more repetitions).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use driftless::object::{Object, ObjectKey};
+use driftless::store::{Precondition, Store, Write, sqlite::SqliteStore};
+
+struct Args {
+    objects: usize,
+    runs: usize,
+    changes: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        objects: 10_000,
+        runs: 5,
+        changes: 200,
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let next = || argv.get(i + 1).and_then(|v| v.parse().ok());
+        match argv[i].as_str() {
+            "--objects" => a.objects = next().expect("--objects N"),
+            "--runs" => a.runs = next().expect("--runs N"),
+            "--changes" => a.changes = next().expect("--changes N"),
+            _ => {}
+        }
+        i += 1;
+    }
+    a
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.com",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn document(i: usize) -> String {
+    if i.is_multiple_of(2) {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{i:06}\n  labels: {{app: bench, shard: \"{}\"}}\ndata:\n  index: \"{i}\"\n  greeting: hello from object {i}\n  settings.json: '{{\"replicas\": 3, \"debug\": false}}'\n",
+            i % 16
+        )
+    } else {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web-{i:06}\n  labels: {{app: bench}}\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: web-{i:06}}}\n  template:\n    metadata:\n      labels: {{app: web-{i:06}}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n        ports:\n        - containerPort: 80\n        resources:\n          requests: {{cpu: 10m, memory: 16Mi}}\n"
+        )
+    }
+}
+
+/// A repository with `n` objects under `manifests/`, ten documents per file.
+fn make_repo(dir: &Path, n: usize) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    let m = dir.join("manifests");
+    std::fs::create_dir_all(&m).unwrap();
+    let mut i = 0;
+    let mut file = 0;
+    while i < n {
+        let mut text = String::new();
+        for _ in 0..10.min(n - i) {
+            text.push_str("---\n");
+            text.push_str(&document(i));
+            i += 1;
+        }
+        std::fs::write(m.join(format!("f{file:05}.yaml")), text).unwrap();
+        file += 1;
+    }
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "bench"]);
+}
+
+fn write_config(dir: &Path, repo: &Path) -> PathBuf {
+    let cfg = dir.join("driftless.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// Runs `driftless sync`, returning (wall time, max RSS in KiB).
+// The child is reaped by `wait_rusage` (wait4), which also reads its peak memory.
+#[allow(clippy::zombie_processes)]
+fn run_sync(cfg: &Path) -> (Duration, u64) {
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(cfg)
+        .arg("sync")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("driftless runs");
+    let (code, rss) = wait_rusage(child.id());
+    let took = start.elapsed();
+    assert_eq!(code, 0, "driftless sync failed");
+    (took, rss)
+}
+
+/// Waits for a child and returns (exit code, max RSS in KiB) from `wait4`.
+fn wait_rusage(pid: u32) -> (i32, u64) {
+    let mut status = 0;
+    // SAFETY: `rusage` is plain data, zero-initialized, and wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid as libc::pid_t, "wait4");
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64)
+}
+
+/// The floor: the same documents, as JSON, in one SQLite transaction into a fresh file.
+fn floor(dir: &Path, docs: &[String]) -> Duration {
+    let path = dir.join(format!("floor-{}.db", rand_suffix()));
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    let _: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("PRAGMA synchronous=NORMAL; CREATE TABLE objects (k TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;").unwrap();
+    let start = Instant::now();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut stmt = tx
+            .prepare("INSERT INTO objects (k, body) VALUES (?1, ?2)")
+            .unwrap();
+        for (i, d) in docs.iter().enumerate() {
+            stmt.execute(rusqlite::params![i.to_string(), d]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    start.elapsed()
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    let idx = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[idx]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
+#[allow(clippy::zombie_processes)]
+fn main() {
+    let a = args();
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    eprintln!("generating a repository of {} objects...", a.objects);
+    make_repo(&repo, a.objects);
+
+    // The floor: SQLite writing the documents (as the JSON driftless stores) in one transaction.
+    let docs: Vec<String> = (0..a.objects)
+        .map(|i| {
+            let v: serde_json::Value = serde_saphyr::from_str(&document(i)).unwrap();
+            serde_json::to_string(&v).unwrap()
+        })
+        .collect();
+    let mut floors: Vec<Duration> = (0..a.runs).map(|_| floor(work.path(), &docs)).collect();
+    let floor_med = median(&mut floors);
+
+    // Cold sync and no-op resync.
+    let mut cold = Vec::new();
+    let mut noop = Vec::new();
+    let mut cold_rss = 0;
+    let mut noop_rss = 0;
+    let mut last_cfg = PathBuf::new();
+    for run in 0..a.runs {
+        let dir = work.path().join(format!("run{run}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = write_config(&dir, &repo);
+        let (t, rss) = run_sync(&cfg);
+        cold.push(t);
+        cold_rss = cold_rss.max(rss);
+        let (t, rss) = run_sync(&cfg);
+        noop.push(t);
+        noop_rss = noop_rss.max(rss);
+        last_cfg = cfg;
+    }
+    let cold_med = median(&mut cold);
+    let noop_med = median(&mut noop);
+
+    // Drift-revert latency with the agent running.
+    let dir = last_cfg.parent().unwrap().to_path_buf();
+    let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(&last_cfg)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("agent starts");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut latencies, agent_rss) = rt.block_on(async {
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&dir.join("store.db"), Default::default()).unwrap());
+        // Wait until the agent is up: its status says Synced.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let st = driftless::status::read(store.as_ref(), "bench")
+                .await
+                .unwrap();
+            if st.is_some_and(|s| s.sync == driftless::status::SyncStatus::Synced) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "agent did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut out = Vec::new();
+        for c in 0..a.changes {
+            let i = (c * 7919) % a.objects / 2 * 2; // a ConfigMap
+            let key = ObjectKey::new("", "ConfigMap", "default", format!("config-{i:06}"));
+            let live = store.get(&key).await.unwrap().expect("object exists");
+            let mut changed: Object = live.clone();
+            changed
+                .as_map_mut()
+                .insert("data".into(), serde_json::json!({"index": "drifted"}));
+            let start = Instant::now();
+            let committed = store
+                .commit(vec![Write::Put {
+                    object: changed,
+                    precondition: Precondition::Any,
+                }])
+                .await
+                .unwrap();
+            loop {
+                let now = store.get(&key).await.unwrap().unwrap();
+                if now.resource_version() > Some(committed.revision)
+                    && now.get("data") == live.get("data")
+                {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "drift not reverted"
+                );
+                tokio::time::sleep(Duration::from_micros(250)).await;
+            }
+            out.push(start.elapsed());
+        }
+        (out, vm_hwm_kib(agent.id()))
+    });
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(agent.id().to_string())
+        .status();
+    let _ = wait_rusage(agent.id());
+    let drift_med = median(&mut latencies);
+    let drift_p99 = percentile(&mut latencies, 0.99);
+
+    let ratio = |d: Duration| format!("{:.1}x", d.as_secs_f64() / floor_med.as_secs_f64());
+    println!();
+    println!(
+        "driftless bench: SQLite store, {} objects, {} runs, {} drift changes",
+        a.objects, a.runs, a.changes
+    );
+    println!();
+    println!("| measurement | median | vs floor | peak RSS |");
+    println!("|---|---|---|---|");
+    println!(
+        "| floor: SQLite, {} documents in one transaction | {} | 1.0x | |",
+        a.objects,
+        ms(floor_med)
+    );
+    println!(
+        "| cold sync (fresh store and cache; fetch, parse, plan, apply) | {} | {} | {} MiB |",
+        ms(cold_med),
+        ratio(cold_med),
+        cold_rss / 1024
+    );
+    println!(
+        "| no-op resync (fetch, parse, plan; nothing written) | {} | {} | {} MiB |",
+        ms(noop_med),
+        ratio(noop_med),
+        noop_rss / 1024
+    );
+    println!("| drift-revert latency, median | {} | | |", ms(drift_med));
+    println!("| drift-revert latency, p99 | {} | | |", ms(drift_p99));
+    println!(
+        "| running agent (`driftless run`) after the drift changes | | | {} MiB |",
+        agent_rss / 1024
+    );
+}

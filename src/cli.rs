@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::config::{self, Loaded};
 use crate::diff;
@@ -295,9 +296,11 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
     let claim = Arc::new(tokio::sync::Mutex::new(()));
     let mut all_synced = true;
     for app_cfg in selected_apps(&cfg, app.as_deref())? {
-        let mut app =
-            App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run).await?;
-        let (_, report) = app.reconcile(Trigger::Fetch).await;
+        let span = tracing::info_span!("app", app = %app_cfg.name.value);
+        let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
+            .instrument(span.clone())
+            .await?;
+        let (_, report) = app.reconcile(Trigger::Fetch).instrument(span).await;
         let st = app.status();
         if dry_run {
             print!("{}", report.dry_run_diff);
@@ -393,6 +396,7 @@ async fn diff_cmd(
                     allow_empty: app.sync.allow_empty,
                 },
                 dry_run: true,
+                inventory: None,
             },
         )
         .await

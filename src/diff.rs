@@ -69,14 +69,13 @@ pub struct Step {
     /// What happens to it.
     pub action: Action,
     /// The object to write (for create and update): the merge of the declaration onto the live
-    /// object. `None` for delete and unchanged.
+    /// object. `None` for delete and unchanged, and once a sync has written it.
     pub target: Option<Object>,
-    /// The declaration as Git has it (namespace defaulted): the new last-applied copy for the
-    /// inventory. `None` for delete.
-    pub declared: Option<Object>,
-    /// The live object the step was planned against, if any.
+    /// The live object the step was planned against (for update and delete; `None` for create,
+    /// and for unchanged, which needs no copy).
     pub live: Option<Object>,
-    /// Field-level differences (empty for unchanged; whole-object for create and delete).
+    /// Field-level differences of an update (empty otherwise: a create or delete concerns the
+    /// whole object, which [`render_step`] shows from `target` and `live`).
     pub changes: Vec<Change>,
     /// Why a delete will not happen (`prune` disabled, or the empty-set guard), if so.
     pub skipped: Option<String>,
@@ -154,24 +153,31 @@ impl Default for PlanOptions {
 ///
 /// Pure: no I/O. An empty `desired` with a non-empty inventory gives deletes marked skipped
 /// unless `allow_empty` is set (the guard against pruning everything on incomplete data).
-pub fn plan(
-    desired: &BTreeMap<ObjectKey, Object>,
+pub fn plan<'a>(
+    desired: impl IntoIterator<Item = (&'a ObjectKey, &'a Object)>,
     live: &BTreeMap<ObjectKey, Object>,
-    inventory: &BTreeMap<ObjectKey, Object>,
+    inventory: impl IntoIterator<Item = (&'a ObjectKey, &'a Object)>,
     opts: PlanOptions,
 ) -> Plan {
+    let desired: BTreeMap<&ObjectKey, &Object> = desired.into_iter().collect();
+    let inventory: BTreeMap<&ObjectKey, &Object> = inventory.into_iter().collect();
     let mut applies = Vec::new();
-    for (key, declared) in desired {
-        applies.push(plan_one(key, declared, live.get(key), inventory.get(key)));
+    for (key, declared) in &desired {
+        applies.push(plan_one(
+            key,
+            declared,
+            live.get(*key),
+            inventory.get(*key).copied(),
+        ));
     }
-    applies.sort_by_key(|s| (kind_rank(&s.key.kind), s.key.clone()));
+    applies.sort_by(|a, b| (kind_rank(&a.key.kind), &a.key).cmp(&(kind_rank(&b.key.kind), &b.key)));
     let empty_guard = desired.is_empty() && !inventory.is_empty() && !opts.allow_empty;
     let mut deletes = Vec::new();
     for key in inventory.keys() {
-        if desired.contains_key(key) {
+        if desired.contains_key(*key) {
             continue;
         }
-        let Some(live_obj) = live.get(key) else {
+        let Some(live_obj) = live.get(*key) else {
             continue; // already gone: it simply leaves the inventory
         };
         let skipped = if !opts.prune {
@@ -182,20 +188,18 @@ pub fn plan(
             None
         };
         deletes.push(Step {
-            key: key.clone(),
+            key: (*key).clone(),
             action: Action::Delete,
             target: None,
-            declared: None,
             live: Some(live_obj.clone()),
-            changes: vec![Change {
-                path: String::new(),
-                live: Some(Value::from(mask_secrets(live_obj).clone())),
-                desired: None,
-            }],
+            changes: Vec::new(),
             skipped,
         });
     }
-    deletes.sort_by_key(|s| (std::cmp::Reverse(kind_rank(&s.key.kind)), s.key.clone()));
+    deletes.sort_by(|a, b| {
+        (std::cmp::Reverse(kind_rank(&a.key.kind)), &a.key)
+            .cmp(&(std::cmp::Reverse(kind_rank(&b.key.kind)), &b.key))
+    });
     applies.extend(deletes);
     Plan { steps: applies }
 }
@@ -208,38 +212,35 @@ pub fn plan_one(
     last_applied: Option<&Object>,
 ) -> Step {
     match live {
-        None => {
-            let target = for_create(declared);
-            Step {
-                key: key.clone(),
-                action: Action::Create,
-                changes: vec![Change {
-                    path: String::new(),
-                    live: None,
-                    desired: Some(Value::from(mask_secrets(&target))),
-                }],
-                target: Some(target),
-                declared: Some(declared.clone()),
-                live: None,
-                skipped: None,
-            }
-        }
+        None => Step {
+            key: key.clone(),
+            action: Action::Create,
+            target: Some(for_create(declared)),
+            live: None,
+            changes: Vec::new(),
+            skipped: None,
+        },
         Some(live_obj) => {
             let target = merge(declared, live_obj, last_applied);
             let changes = compare(live_obj, &target);
-            let action = if changes.is_empty() {
-                Action::Unchanged
+            if changes.is_empty() {
+                Step {
+                    key: key.clone(),
+                    action: Action::Unchanged,
+                    target: None,
+                    live: None,
+                    changes,
+                    skipped: None,
+                }
             } else {
-                Action::Update
-            };
-            Step {
-                key: key.clone(),
-                action,
-                target: (action == Action::Update).then_some(target),
-                declared: Some(declared.clone()),
-                live: Some(live_obj.clone()),
-                changes,
-                skipped: None,
+                Step {
+                    key: key.clone(),
+                    action: Action::Update,
+                    target: Some(target),
+                    live: Some(live_obj.clone()),
+                    changes,
+                    skipped: None,
+                }
             }
         }
     }

@@ -165,9 +165,8 @@ pub fn parse_set<'a>(
         diagnostics: prior,
         ..DesiredSet::default()
     };
-    for (path, bytes) in files {
+    for (_, parsed) in parse_files(&files) {
         set.files += 1;
-        let parsed = parse_file(path, bytes);
         set.skipped += parsed.skipped;
         set.diagnostics.extend(parsed.diagnostics);
         for mut declared in parsed.objects {
@@ -192,6 +191,33 @@ pub fn parse_set<'a>(
         }
     }
     set
+}
+
+/// Parses files on all cores (the YAML parser is the cost of a large sync), returning the
+/// results in the order given. Computation only: the threads do no I/O and end before this
+/// returns.
+fn parse_files<'a>(files: &[(&'a str, &'a [u8])]) -> Vec<(&'a str, FileResult)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads < 2 || files.len() < 64 {
+        return files.iter().map(|(p, b)| (*p, parse_file(p, b))).collect();
+    }
+    let chunk = files.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|(p, b)| (*p, parse_file(p, b)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// What one file gave.

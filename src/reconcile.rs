@@ -96,7 +96,8 @@ struct InForce {
     revision: Revision,
     /// Tree id at the app's path, when known: an equal tree needs no parsing.
     tree_id: Option<String>,
-    desired: BTreeMap<ObjectKey, Object>,
+    /// Shared: cloning the state in force must not copy every object.
+    desired: Arc<BTreeMap<ObjectKey, Object>>,
 }
 
 /// Why the newest revision is not in force.
@@ -153,11 +154,16 @@ pub struct App {
     applied: Option<Revision>,
     /// Keys this app cares about: declared in force, or in its inventory.
     owned: BTreeSet<ObjectKey>,
+    /// The app's inventory as of its last sync: change-feed syncs use it instead of reading
+    /// and parsing the record again (a stale copy fails compare-and-swap and is re-read).
+    inventory: Option<Inventory>,
     last_attempted: Option<Revision>,
     diagnostics: Vec<Diagnostic>,
     problem: Option<Problem>,
     sync_error: Option<String>,
     resources: BTreeMap<ObjectKey, ResourceStatus>,
+    /// True when `resources` changed since the status was last written.
+    resources_dirty: bool,
     conflicts: BTreeMap<ObjectKey, String>,
     prune_blocked: Option<String>,
     /// Objects this app wrote, with the revision of the write: their change events are echoes.
@@ -198,7 +204,7 @@ impl App {
         let in_force = inventory.revision.clone().map(|revision| InForce {
             revision,
             tree_id: None,
-            desired: inventory.entries.clone(),
+            desired: Arc::new(inventory.entries.clone()),
         });
         let mut status = written.clone().unwrap_or_else(|| AppStatus::new(&name));
         status.name = name.clone();
@@ -210,6 +216,7 @@ impl App {
         Ok(Self {
             owned: inventory.entries.keys().cloned().collect(),
             applied: inventory.revision.clone(),
+            inventory: Some(inventory.clone()),
             last_attempted: status.last_attempted_revision.clone().map(Revision),
             in_force,
             cfg,
@@ -221,6 +228,7 @@ impl App {
             problem: None,
             sync_error: None,
             resources,
+            resources_dirty: false,
             conflicts: BTreeMap::new(),
             prune_blocked: None,
             self_writes: HashMap::new(),
@@ -269,7 +277,7 @@ impl App {
         }
         let delay = if failed {
             let d = self.backoff.fail();
-            tracing::info!(app = self.name(), retry_in = ?d, "Reconcile failed; backing off");
+            tracing::info!(retry_in = ?d, "Reconcile failed; backing off");
             d
         } else {
             self.backoff.reset();
@@ -295,7 +303,7 @@ impl App {
                     _ => "FetchFailed",
                 };
                 let message = error_chain(&e);
-                tracing::warn!(app = self.name(), error = %message, "Fetch failed; the revision in force stays enforced");
+                tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
                 self.problem = Some(Problem::Source { reason, message });
                 return Err(());
             }
@@ -376,7 +384,7 @@ impl App {
                 "invalid manifest {}:{}:{}: {}",
                 first.path, first.line, first.column, first.message
             );
-            tracing::warn!(app = self.name(), revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced");
+            tracing::warn!(revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced");
             self.problem = Some(Problem::Invalid {
                 reason: "InvalidManifest",
                 message,
@@ -384,12 +392,13 @@ impl App {
             return Ok(());
         }
         self.problem = None;
-        let desired: BTreeMap<ObjectKey, Object> = set
-            .objects
-            .into_iter()
-            .map(|(k, d)| (k, d.object))
-            .collect();
-        tracing::info!(app = self.name(), revision = %revision.short(), objects = desired.len(), "New revision");
+        let desired: Arc<BTreeMap<ObjectKey, Object>> = Arc::new(
+            set.objects
+                .into_iter()
+                .map(|(k, d)| (k, d.object))
+                .collect(),
+        );
+        tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         self.in_force = Some(InForce {
             revision,
             tree_id: Some(files.tree_id),
@@ -437,6 +446,12 @@ impl App {
                 allow_empty: self.cfg.sync.allow_empty,
             },
             dry_run,
+            // Full passes read the inventory afresh; change-feed passes trust the last copy.
+            inventory: if scope.is_some() {
+                self.inventory.as_ref()
+            } else {
+                None
+            },
         };
         let outcome = {
             let _claim = self.claim.lock().await;
@@ -446,7 +461,7 @@ impl App {
             Ok(o) => o,
             Err(e) => {
                 let message = error_chain(&e);
-                tracing::warn!(app = self.name(), error = %message, "Sync failed");
+                tracing::warn!(error = %message, "Sync failed");
                 self.sync_error = Some(message);
                 return Err(());
             }
@@ -457,42 +472,58 @@ impl App {
         if self.dry_run {
             report.dry_run_diff = crate::diff::render_plan(&outcome.plan);
         }
-        for obj in &outcome.written {
-            if let Some(rv) = obj.resource_version() {
-                self.self_writes.insert(obj.key(), rv);
-            }
+        for (key, rv) in &outcome.written {
+            self.self_writes.insert(key.clone(), *rv);
         }
-        if !dry_run {
-            self.applied = outcome.inventory.revision.clone();
-        }
+        let changed = report.summary.create + report.summary.update + report.summary.delete;
         if scope.is_some() && !dry_run {
-            report.drift_reverted = outcome
-                .plan
-                .steps
-                .iter()
-                .filter(|s| {
-                    matches!(s.action, Action::Create | Action::Update | Action::Delete)
-                        && s.skipped.is_none()
-                })
-                .count();
+            report.drift_reverted = changed;
             for step in outcome
                 .plan
                 .steps
                 .iter()
-                .filter(|s| s.action != Action::Unchanged)
+                .filter(|s| s.action != Action::Unchanged && s.skipped.is_none())
             {
                 let fields: Vec<&str> = step.changes.iter().map(|c| c.path.as_str()).collect();
-                tracing::info!(app = self.name(), object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
+                tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
             }
-        } else if report.summary.create + report.summary.update + report.summary.delete > 0
-            && !dry_run
-        {
-            tracing::info!(app = self.name(), revision = %in_force.revision.short(),
-                created = report.summary.create, updated = report.summary.update, deleted = report.summary.delete,
-                "Applied");
+        } else if changed > 0 && !dry_run {
+            tracing::info!(
+                revision = %in_force.revision.short(),
+                created = report.summary.create,
+                updated = report.summary.update,
+                deleted = report.summary.delete,
+                "Applied"
+            );
         }
-        // Resources: every declared object (this scope), and deletes that did not happen.
-        let mut seen = BTreeSet::new();
+        self.record_resources(&in_force, scope, &outcome, dry_run)
+            .await;
+        if let Some(inventory) = outcome.inventory {
+            if !dry_run {
+                self.applied = inventory.revision.clone();
+            }
+            self.inventory = Some(inventory);
+        }
+        if scope.is_none() || self.owned.is_empty() {
+            self.owned = in_force
+                .desired
+                .keys()
+                .chain(self.inventory.iter().flat_map(|i| i.entries.keys()))
+                .cloned()
+                .collect();
+        }
+        Ok(())
+    }
+
+    /// Updates the per-object status from a sync's outcome: every declared object of the
+    /// scope, and the deletes that did not happen.
+    async fn record_resources(
+        &mut self,
+        in_force: &InForce,
+        scope: Option<&BTreeSet<ObjectKey>>,
+        outcome: &sync::Outcome,
+        dry_run: bool,
+    ) {
         let conflict_keys: Vec<ObjectKey> = outcome.conflicts.keys().cloned().collect();
         let conflict_live = if conflict_keys.is_empty() {
             BTreeMap::new()
@@ -503,6 +534,14 @@ impl App {
                 .map(|l| l.objects)
                 .unwrap_or_default()
         };
+        let version_of = |key: &ObjectKey, live: Option<&Object>| {
+            in_force
+                .desired
+                .get(key)
+                .or(live)
+                .map_or(String::new(), |o| o.version().to_string())
+        };
+        let mut seen = BTreeSet::new();
         for step in &outcome.plan.steps {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
@@ -533,57 +572,41 @@ impl App {
                     Some("no longer in Git; to be pruned".into()),
                 ),
                 (Action::Delete, None) => {
-                    self.resources.remove(&step.key);
+                    self.remove_resource(&step.key);
                     continue;
                 }
             };
-            let version = step
-                .declared
-                .as_ref()
-                .or(step.live.as_ref())
-                .map_or(String::new(), |o| o.version().to_string());
             let live = outcome.live.get(&step.key);
-            self.resources.insert(
+            self.set_resource(
                 step.key.clone(),
-                ResourceStatus {
-                    group: step.key.group.clone(),
-                    version,
-                    kind: step.key.kind.clone(),
-                    namespace: step.key.namespace.clone(),
-                    name: step.key.name.clone(),
-                    sync: sync_status,
-                    health: if step.action == Action::Delete {
-                        health::assess(live)
-                    } else {
-                        health::assess(if dry_run { step.live.as_ref() } else { live })
-                    },
+                resource(
+                    &step.key,
+                    version_of(&step.key, live),
+                    sync_status,
+                    health::assess(live),
                     message,
-                },
+                ),
             );
         }
         for (key, owner) in &outcome.conflicts {
             seen.insert(key.clone());
-            let version = in_force
-                .desired
-                .get(key)
-                .map_or(String::new(), |o| o.version().to_string());
-            self.resources.insert(
+            let live = conflict_live.get(key);
+            self.set_resource(
                 key.clone(),
-                ResourceStatus {
-                    group: key.group.clone(),
-                    version,
-                    kind: key.kind.clone(),
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    sync: SyncStatus::OutOfSync,
-                    health: health::assess(conflict_live.get(key)),
-                    message: Some(format!("also declared by app {owner}, which owns it")),
-                },
+                resource(
+                    key,
+                    version_of(key, live),
+                    SyncStatus::OutOfSync,
+                    health::assess(live),
+                    Some(format!("also declared by app {owner}, which owns it")),
+                ),
             );
         }
         match scope {
             None => {
+                let before = self.resources.len();
                 self.resources.retain(|k, _| seen.contains(k));
+                self.resources_dirty |= self.resources.len() != before;
                 self.conflicts = outcome.conflicts.clone();
                 self.prune_blocked = outcome
                     .plan
@@ -594,20 +617,26 @@ impl App {
             Some(keys) => {
                 for k in keys {
                     if !seen.contains(k) {
-                        self.resources.remove(k);
+                        self.remove_resource(k);
                     }
                     self.conflicts.remove(k);
                 }
                 self.conflicts.extend(outcome.conflicts.clone());
             }
         }
-        self.owned = in_force
-            .desired
-            .keys()
-            .chain(outcome.inventory.entries.keys())
-            .cloned()
-            .collect();
-        Ok(())
+    }
+
+    fn set_resource(&mut self, key: ObjectKey, r: ResourceStatus) {
+        if self.resources.get(&key) != Some(&r) {
+            self.resources.insert(key, r);
+            self.resources_dirty = true;
+        }
+    }
+
+    fn remove_resource(&mut self, key: &ObjectKey) {
+        if self.resources.remove(key).is_some() {
+            self.resources_dirty = true;
+        }
     }
 
     /// Recomputes the status from the state.
@@ -620,7 +649,9 @@ impl App {
             .as_ref()
             .map(|r| r.0.clone())
             .or_else(|| s.revision.clone());
-        s.resources = self.resources.values().cloned().collect();
+        if self.resources_dirty || s.resources.len() != self.resources.len() {
+            s.resources = self.resources.values().cloned().collect();
+        }
         s.diagnostics = self.diagnostics.clone();
         let out_of_sync = s
             .resources
@@ -743,16 +774,55 @@ impl App {
         }
     }
 
+    /// Writes the status record when it differs from what was last written. The per-object
+    /// list is compared only when it changed (it is the large part).
     async fn write_status(&mut self) {
-        if self.written.as_ref() == Some(&self.status) {
+        if let Some(w) = &self.written
+            && !self.resources_dirty
+            && same_except_resources(w, &self.status)
+        {
             return;
         }
         match status::write(self.store.as_ref(), &self.status).await {
-            Ok(()) => self.written = Some(self.status.clone()),
+            Ok(()) => {
+                self.written = Some(self.status.clone());
+                self.resources_dirty = false;
+            }
             Err(e) => {
-                tracing::warn!(app = self.name(), error = %error_chain(&e), "Cannot write status")
+                tracing::warn!(error = %error_chain(&e), "Cannot write status")
             }
         }
+    }
+}
+
+/// True when two statuses agree on everything but the per-object list.
+fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
+    a.name == b.name
+        && a.revision == b.revision
+        && a.last_attempted_revision == b.last_attempted_revision
+        && a.sync == b.sync
+        && a.health == b.health
+        && a.out_of_sync_since == b.out_of_sync_since
+        && a.conditions == b.conditions
+        && a.diagnostics == b.diagnostics
+}
+
+fn resource(
+    key: &ObjectKey,
+    version: String,
+    sync: SyncStatus,
+    health: Health,
+    message: Option<String>,
+) -> ResourceStatus {
+    ResourceStatus {
+        group: key.group.clone(),
+        version,
+        kind: key.kind.clone(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        sync,
+        health,
+        message,
     }
 }
 

@@ -191,6 +191,10 @@ pub struct Request<'a> {
     pub options: PlanOptions,
     /// Plan only; write nothing.
     pub dry_run: bool,
+    /// The app's inventory as the caller last saw it, to save reading (and parsing) it again.
+    /// A stale copy is caught by the inventory's compare-and-swap when it is written, and the
+    /// retry reads it fresh; `None` reads it from the store.
+    pub inventory: Option<&'a Inventory>,
 }
 
 /// What a sync did.
@@ -202,12 +206,13 @@ pub struct Outcome {
     pub conflicts: BTreeMap<ObjectKey, String>,
     /// The store revision of the commit, 0 when nothing was written.
     pub committed_revision: u64,
-    /// The objects written, as stored (with their new resourceVersion).
-    pub written: Vec<Object>,
+    /// The objects written, with the resourceVersion the store gave them.
+    pub written: Vec<(ObjectKey, u64)>,
     /// The live objects after the sync, for every key planned (absent when deleted or missing).
     pub live: BTreeMap<ObjectKey, Object>,
-    /// The app's inventory after the sync.
-    pub inventory: Inventory,
+    /// The app's inventory after the sync, when it differs from the copy passed in
+    /// [`Request::inventory`] (or when none was passed); `None` when that copy is still current.
+    pub inventory: Option<Inventory>,
     /// How many compare-and-swap conflicts were retried.
     pub retries: usize,
 }
@@ -225,7 +230,7 @@ pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
         match attempt_sync(store, req, attempt).await {
             Err(Error::Store(e @ store::Error::Conflict { .. })) => {
                 attempt += 1;
-                tracing::debug!(app = req.app, attempt, error = %e, "Compare-and-swap conflict; planning again");
+                tracing::debug!(attempt, error = %e, "Compare-and-swap conflict; planning again");
                 if attempt > CONFLICT_RETRIES {
                     return Err(Error::Conflict {
                         attempts: attempt,
@@ -239,35 +244,47 @@ pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
 }
 
 async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> Result<Outcome> {
-    let inventory = Inventory::load(store, req.app).await?;
-    let owners = other_owners(store, req.app).await?;
-    let in_scope = |k: &ObjectKey| req.scope.is_none_or(|s| s.contains(k));
+    // The caller's copy on the first attempt; after a conflict, the store's.
+    let loaded;
+    let inventory = match req.inventory {
+        Some(inv) if attempt == 0 => inv,
+        _ => {
+            loaded = Inventory::load(store, req.app).await?;
+            &loaded
+        }
+    };
+    let fresh = req.inventory.is_none() || attempt > 0;
+    let mut desired: BTreeMap<&ObjectKey, &Object> = match req.scope {
+        Some(scope) => scope
+            .iter()
+            .filter_map(|k| req.desired.get_key_value(k))
+            .collect(),
+        None => req.desired.iter().collect(),
+    };
+    let inventory_scoped: BTreeMap<&ObjectKey, &Object> = match req.scope {
+        Some(scope) => scope
+            .iter()
+            .filter_map(|k| inventory.entries.get_key_value(k))
+            .collect(),
+        None => inventory.entries.iter().collect(),
+    };
+    // Other apps' inventories matter only for keys this app does not own yet. An object this
+    // app already owns stays its own even if another inventory lists it too.
     let mut conflicts = BTreeMap::new();
-    let mut desired = BTreeMap::new();
-    for (k, o) in req.desired {
-        if !in_scope(k) {
-            continue;
-        }
-        // An object this app already owns stays ours even if another inventory lists it too.
-        match owners.get(k) {
-            Some(owner) if !inventory.entries.contains_key(k) => {
-                conflicts.insert(k.clone(), owner.clone());
+    if desired.keys().any(|k| !inventory.entries.contains_key(*k)) {
+        let owners = other_owners(store, req.app).await?;
+        desired.retain(|k, _| match owners.get(*k) {
+            Some(owner) if !inventory.entries.contains_key(*k) => {
+                conflicts.insert((*k).clone(), owner.clone());
+                false
             }
-            _ => {
-                desired.insert(k.clone(), o.clone());
-            }
-        }
+            _ => true,
+        });
     }
-    let inventory_scoped: BTreeMap<ObjectKey, Object> = inventory
-        .entries
-        .iter()
-        .filter(|(k, _)| in_scope(k))
-        .map(|(k, o)| (k.clone(), o.clone()))
-        .collect();
     let keys: Vec<ObjectKey> = desired
         .keys()
         .chain(inventory_scoped.keys())
-        .cloned()
+        .map(|k| (*k).clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -277,34 +294,35 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
         prune: req.options.prune,
         allow_empty: req.options.allow_empty || !req.desired.is_empty(),
     };
-    let plan = diff::plan(&desired, &live, &inventory_scoped, options);
+    let mut plan = diff::plan(
+        desired.iter().map(|(k, o)| (*k, *o)),
+        &live,
+        inventory_scoped.iter().map(|(k, o)| (*k, *o)),
+        options,
+    );
 
-    // The new inventory: what this sync leaves applied.
-    let mut next = inventory.clone();
-    next.revision = if req.scope.is_none() {
-        Some(req.revision.clone())
-    } else {
-        inventory
-            .revision
-            .clone()
-            .or_else(|| Some(req.revision.clone()))
-    };
+    // What this sync changes in the inventory: the writes, and the new entries.
     let mut writes = Vec::new();
-    for step in &plan.steps {
+    let mut updates: Vec<(ObjectKey, Option<Object>)> = Vec::new();
+    for step in &mut plan.steps {
         match step.action {
-            Action::Create | Action::Update => {
-                let (Some(target), Some(declared)) = (&step.target, &step.declared) else {
-                    continue;
+            Action::Create | Action::Update | Action::Unchanged => {
+                // The write takes the target: a sync that writes keeps no second copy (a dry
+                // run keeps it for rendering).
+                let target = if req.dry_run {
+                    None
+                } else {
+                    step.target.take()
                 };
-                writes.push(Write::Put {
-                    object: target.clone(),
-                    precondition: Precondition::matching(step.live.as_ref()),
-                });
-                next.entries.insert(step.key.clone(), declared.clone());
-            }
-            Action::Unchanged => {
-                if let Some(declared) = &step.declared {
-                    next.entries.insert(step.key.clone(), declared.clone());
+                if let Some(target) = target {
+                    writes.push(Write::Put {
+                        object: target,
+                        precondition: Precondition::matching(step.live.as_ref()),
+                    });
+                }
+                let declared = desired[&step.key];
+                if inventory.entries.get(&step.key) != Some(declared) {
+                    updates.push((step.key.clone(), Some(declared.clone())));
                 }
             }
             Action::Delete => {
@@ -313,19 +331,25 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
                         key: step.key.clone(),
                         precondition: Precondition::matching(step.live.as_ref()),
                     });
-                    next.entries.remove(&step.key);
+                    updates.push((step.key.clone(), None));
                 }
             }
         }
     }
     // Inventory entries that are neither declared nor live are gone already.
     for k in inventory_scoped.keys() {
-        if !desired.contains_key(k) && !live.contains_key(k) {
-            next.entries.remove(k);
+        if !desired.contains_key(*k) && !live.contains_key(*k) {
+            updates.push(((*k).clone(), None));
         }
     }
-    let inventory_changed =
-        next.entries != inventory.entries || next.revision != inventory.revision;
+    let revision = match req.scope {
+        None => Some(req.revision.clone()),
+        Some(_) => inventory
+            .revision
+            .clone()
+            .or_else(|| Some(req.revision.clone())),
+    };
+    let changed = !updates.is_empty() || revision != inventory.revision;
     if req.dry_run {
         return Ok(Outcome {
             plan,
@@ -333,11 +357,22 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             committed_revision: 0,
             written: Vec::new(),
             live,
-            inventory,
+            inventory: fresh.then(|| inventory.clone()),
             retries: attempt,
         });
     }
-    if inventory_changed {
+    let next = changed.then(|| {
+        let mut next = inventory.clone();
+        next.revision = revision;
+        for (k, v) in updates {
+            match v {
+                Some(o) => next.entries.insert(k, o),
+                None => next.entries.remove(&k),
+            };
+        }
+        next
+    });
+    if let Some(next) = &next {
         writes.push(Write::Put {
             object: next.to_record(),
             precondition: match inventory.resource_version {
@@ -347,16 +382,22 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
         });
     }
     let committed = store.commit(writes).await.map_err(Error::Store)?;
+    let mut next = match next {
+        Some(n) => Some(n),
+        None => fresh.then(|| inventory.clone()),
+    };
     let mut live_after = live;
     let mut written = Vec::new();
     for obj in committed.stored {
         let key = obj.key();
         if key.is_reserved() {
-            next.resource_version = obj.resource_version();
+            if let Some(n) = &mut next {
+                n.resource_version = obj.resource_version();
+            }
             continue;
         }
-        live_after.insert(key, obj.clone());
-        written.push(obj);
+        written.push((key.clone(), committed.revision));
+        live_after.insert(key, obj);
     }
     for step in &plan.steps {
         if step.action == Action::Delete && step.skipped.is_none() {
@@ -402,6 +443,7 @@ mod tests {
             scope: None,
             options: PlanOptions::default(),
             dry_run: false,
+            inventory: None,
         }
     }
 
@@ -413,6 +455,7 @@ mod tests {
         let out = sync(&store, &req("app", &rev, &desired)).await.unwrap();
         assert_eq!(out.committed_revision, 1);
         assert_eq!(out.written.len(), 2);
+        assert_eq!(out.inventory.as_ref().map(|i| i.entries.len()), Some(2));
         let inv = Inventory::load(&store, "app").await.unwrap();
         assert_eq!(inv.entries.len(), 2);
         assert_eq!(inv.revision, Some(rev.clone()));

@@ -25,7 +25,7 @@ use crate::object::{Object, ObjectKey};
 /// Tuning of a SQLite store.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// How often a watch looks for new changes (default 20 ms). Each look is one
+    /// How often a watch looks for new changes (default 10 ms). Each look is one
     /// `PRAGMA data_version` unless something changed.
     pub poll_interval: Duration,
     /// How many revisions of change log to keep (default 10,000). A watch from an older
@@ -38,7 +38,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            poll_interval: Duration::from_millis(20),
+            poll_interval: Duration::from_millis(10),
             retain_revisions: 10_000,
             busy_timeout: Duration::from_secs(10),
         }
