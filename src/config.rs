@@ -271,20 +271,7 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
 pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
     let options = serde_saphyr::options! { strict_booleans: true, with_snippet: false };
     let mut config: Config = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map_or((1, 1), |l| (l.line().max(1), l.column().max(1)));
-        let raw = e.to_string();
-        let message = raw
-            .strip_prefix("error: ")
-            .unwrap_or(&raw)
-            .split_once(": ")
-            .filter(|(prefix, _)| prefix.starts_with("line "))
-            .map_or(raw.as_str(), |(_, m)| m)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let (line, column, message) = crate::yaml::error_parts(&e);
         Error::Parse {
             path: path.to_path_buf(),
             line,

@@ -1,9 +1,11 @@
 //! driftless: a GitOps sync agent.
 //!
-//! The pipeline of one reconcile (DESIGN.md section 3):
-//! [`source`] → [`manifest`] → [`diff`] → [`sync`] → health → [`reconcile`] status.
-//! [`object`], [`manifest`] and [`diff`] are pure: no I/O, no async. Effects live in
-//! [`source`] (Git), [`store`] (the target store) and the [`cli`].
+//! One reconcile of one app is a pipeline (DESIGN.md section 3):
+//! [`source`] (fetch, read the tree) → [`manifest`] (files → objects + diagnostics) →
+//! [`diff`] (desired × live × inventory → plan) → [`sync`] (apply the plan to the [`store`]) →
+//! [`health`] → [`status`] (conditions, the record). [`reconcile`] runs it whenever something may
+//! have changed. [`object`], [`manifest`], [`diff`], [`health`] and [`yaml`] are pure: no I/O, no
+//! async. Effects live at the edges: [`source`] (Git), [`store`] and the [`cli`].
 
 pub mod cli;
 pub mod config;
@@ -16,3 +18,4 @@ pub mod source;
 pub mod status;
 pub mod store;
 pub mod sync;
+pub mod yaml;

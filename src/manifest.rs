@@ -400,35 +400,8 @@ fn yaml_options() -> serde_saphyr::Options {
 
 /// Parses every non-empty document of a YAML stream. On failure: (line, column, message).
 fn parse_documents(text: &str) -> Result<Vec<Node>, (u64, u64, String)> {
-    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options()).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map_or((1, 1), |l| (l.line().max(1), l.column().max(1)));
-        (line, column, yaml_error_message(&e.to_string()))
-    })
-}
-
-/// The parser's message without the `line N column M:` prefix it adds (the diagnostic carries
-/// the position already) and without its hint about library options.
-fn yaml_error_message(raw: &str) -> String {
-    let mut msg = raw.trim();
-    msg = msg.strip_prefix("error: ").unwrap_or(msg);
-    if let Some(rest) = msg.strip_prefix("line ")
-        && let Some(idx) = rest.find(": ")
-        && rest[..idx].contains("column")
-    {
-        msg = &rest[idx + 2..];
-    }
-    let msg = msg.lines().next().unwrap_or(msg);
-    let msg = msg
-        .split(", set DuplicateKeyPolicy")
-        .next()
-        .unwrap_or(msg)
-        .trim();
-    if let Some(key) = msg.strip_prefix("duplicate mapping key: ") {
-        return format!("duplicate key `{key}`");
-    }
-    msg.to_string()
+    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options())
+        .map_err(|e| crate::yaml::error_parts(&e))
 }
 
 // ---------------------------------------------------------------------------------------------

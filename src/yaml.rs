@@ -1,0 +1,58 @@
+//! serde-saphyr glue shared by the manifest parser and the config loader: where an error is
+//! and what it says, without the parser's own decorations.
+
+/// The position (1-based line and column) and message of a serde-saphyr error. The message has
+/// neither the `line N column M:` prefix nor the `at line N, column M` suffix the library adds
+/// (callers print the position themselves), nor its hint about library options; a duplicate key
+/// reads ``duplicate key `name` ``. An error without a position is placed at 1:1.
+pub fn error_parts(e: &serde_saphyr::Error) -> (u64, u64, String) {
+    let (line, column) = e
+        .location()
+        .map_or((1, 1), |l| (l.line().max(1), l.column().max(1)));
+    (line, column, message(&e.to_string()))
+}
+
+fn message(raw: &str) -> String {
+    let mut msg = raw.trim();
+    msg = msg.strip_prefix("error: ").unwrap_or(msg);
+    if let Some(rest) = msg.strip_prefix("line ")
+        && let Some(idx) = rest.find(": ")
+        && rest[..idx].contains("column")
+    {
+        msg = &rest[idx + 2..];
+    }
+    let msg = msg.lines().next().unwrap_or(msg);
+    let msg = msg
+        .split(", set DuplicateKeyPolicy")
+        .next()
+        .unwrap_or(msg)
+        .trim();
+    let msg = match msg.rfind(" at line ") {
+        Some(i) if msg[i..].contains(", column ") => msg[..i].trim_end(),
+        _ => msg,
+    };
+    if let Some(key) = msg.strip_prefix("duplicate mapping key: ") {
+        return format!("duplicate key `{key}`");
+    }
+    msg.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_lose_the_positions_and_hints_the_library_adds() {
+        assert_eq!(
+            message(
+                "error: line 3 column 1: duplicate mapping key: a, set DuplicateKeyPolicy in Options if acceptable\n --> <input>:3:1"
+            ),
+            "duplicate key `a`"
+        );
+        assert_eq!(
+            message("unknown field `branch`, expected one of repo, ref at line 5, column 7"),
+            "unknown field `branch`, expected one of repo, ref"
+        );
+        assert_eq!(message("unclosed quote"), "unclosed quote");
+    }
+}
