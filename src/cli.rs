@@ -217,7 +217,7 @@ fn load_config(path: Option<&Path>, required: bool) -> anyhow::Result<Loaded> {
     }
 }
 
-/// Opens the configured store, creating the SQLite file's folder when needed.
+/// Opens the configured store, creating the SQLite file (and its folder) when missing.
 ///
 /// # Errors
 ///
@@ -236,6 +236,25 @@ pub fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     let store = SqliteStore::open(&path, Default::default())
         .with_context(|| format!("cannot open the store at {}", path.display()))?;
     Ok(Arc::new(store))
+}
+
+/// For reading commands: the store if its file exists. A missing file is an empty store (the
+/// agent creates it on its first run); reading commands do not create one, so they never leave
+/// an empty store behind in the wrong folder. Says so on standard error.
+///
+/// # Errors
+///
+/// When the store exists but cannot be opened.
+fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    let path = cfg.sqlite_path().context("no store configured")?;
+    if path.exists() {
+        return open_store(cfg);
+    }
+    eprintln!(
+        "note: no store at {} yet (the agent creates it on its first run)",
+        path.display()
+    );
+    Ok(Arc::new(crate::store::memory::MemoryStore::new()))
 }
 
 async fn run_command(cli: Cli) -> anyhow::Result<u8> {
@@ -413,7 +432,7 @@ async fn diff_cmd(
 }
 
 async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
-    let store = open_store(&cfg)?;
+    let store = open_existing_store(&cfg)?;
     let apps = status::read_all(store.as_ref()).await?;
     match output {
         StatusFormat::Json => {
@@ -610,7 +629,11 @@ fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Result<()> {
 }
 
 async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
-    let store = open_store(&cfg)?;
+    let store = if matches!(cmd, StoreCommand::Put { .. }) {
+        open_store(&cfg)?
+    } else {
+        open_existing_store(&cfg)?
+    };
     match cmd {
         StoreCommand::List {
             kind,

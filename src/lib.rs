@@ -7,6 +7,8 @@
 //! have changed. [`object`], [`manifest`], [`diff`], [`health`] and [`yaml`] are pure: no I/O, no
 //! async. Effects live at the edges: [`source`] (Git), [`store`] and the [`cli`].
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod config;
 pub mod diff;

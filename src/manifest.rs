@@ -205,8 +205,10 @@ fn parse_files<'a>(files: &[(&'a str, &'a [u8])]) -> Vec<(&'a str, FileResult)> 
     std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .chunks(chunk)
-            .map(|part| {
+            .enumerate()
+            .map(|(i, part)| {
                 scope.spawn(move || {
+                    let _span = tracing::debug_span!("parse_files", part = i).entered();
                     part.iter()
                         .map(|(p, b)| (*p, parse_file(p, b)))
                         .collect::<Vec<_>>()

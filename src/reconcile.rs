@@ -1,6 +1,6 @@
 //! The control loop: triggers, per-app state, conditions, the gap's age, backoff.
 //!
-//! Each app runs in its own task ([`AppLoop`]) and is reconciled when something may have
+//! Each app runs in its own task (a loop around [`App::reconcile`]) and is reconciled when something may have
 //! changed: its poll interval elapsed, a manual request came, or the store's change feed
 //! reported a change to an object it owns. A reconcile is level-triggered: it looks at Git and
 //! the store as they are and makes the store match, whatever the trigger was. A change-feed

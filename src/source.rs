@@ -155,9 +155,13 @@ impl GitCache {
         let _guard = lock.lock().await;
         let url = url.to_string();
         let reference = reference.map(str::to_string);
-        tokio::task::spawn_blocking(move || fetch_blocking(&path, &url, reference.as_deref()))
-            .await
-            .map_err(Error::TaskFailed)?
+        let span = tracing::info_span!("git_fetch", url = %url);
+        tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
+            fetch_blocking(&path, &url, reference.as_deref())
+        })
+        .await
+        .map_err(Error::TaskFailed)?
     }
 
     /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
@@ -171,7 +175,9 @@ impl GitCache {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();
         let path = path.to_string();
+        let span = tracing::debug_span!("git_read", revision = %revision.short(), path = %path);
         tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
             let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
                 path: repo_path.clone(),
                 source,

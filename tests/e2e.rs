@@ -812,3 +812,51 @@ fn real_corpus_manifests_sync_and_messy_folders_are_refused_with_both_files_name
         "nothing applied"
     );
 }
+
+#[test]
+fn the_agent_survives_an_unreachable_source_and_recovers_without_a_restart() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    // The repository goes away while the agent runs.
+    let away = env.dir.path().join("repo-away");
+    std::fs::rename(env.repo.path(), &away).unwrap();
+    let agent = env.agent();
+    env.wait("SourceAvailable=False", Duration::from_secs(30), || {
+        let st = env.status();
+        st["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "SourceAvailable" && c["status"] == "False")
+        }) && st["sync"] == "Unknown"
+    });
+    // Nothing was deleted; the revision in force is still enforced.
+    assert!(env.get("configmap", "a").is_some() && env.get("configmap", "b").is_some());
+    env.put(&configmap("a", &[("k", "drift during the outage")]));
+    env.wait("revert during the outage", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let reconciling = env.status()["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Reconciling")
+        .unwrap()
+        .clone();
+    assert_eq!(reconciling["reason"], "RetryScheduled", "{reconciling}");
+    // The repository comes back with a new commit: the next retry (5 s backoff) picks it up.
+    std::fs::rename(&away, env.repo.path()).unwrap();
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "after the outage")]));
+    let head = env.repo.commit("after");
+    env.wait("recovery", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "after the outage"
+    );
+    let st = env.status();
+    assert_eq!(st["sync"], "Synced");
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}

@@ -169,7 +169,9 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
         let conn = self.conn.clone();
+        let span = tracing::debug_span!("sqlite", op);
         tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
             let mut guard = conn.lock().map_err(|_| Error::Backend {
                 op,
                 source: "sqlite connection lock poisoned".into(),
