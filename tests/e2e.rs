@@ -634,6 +634,18 @@ fn validate_prints_path_line_column_and_exits_1_on_errors() {
 #[test]
 fn store_commands_get_put_list_delete_with_their_exit_statuses() {
     let env = Env::new();
+    // Reading commands on a store that does not exist yet: empty, and no file left behind.
+    let st = env.run(&["status", "-o", "json"]);
+    assert_eq!(st.status.code(), Some(0));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&st.stdout).unwrap(),
+        json!({"apps": []})
+    );
+    assert_eq!(env.run(&["store", "list"]).status.code(), Some(0));
+    assert!(
+        !env.dir.path().join("store.db").exists(),
+        "reading creates no store"
+    );
     assert_eq!(
         env.run(&["store", "get", "configmap", "nope"])
             .status
