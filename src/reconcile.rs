@@ -323,7 +323,17 @@ impl App {
         if matches!(self.problem, Some(Problem::Source { .. })) {
             self.problem = None;
         }
-        if unchanged || known_bad {
+        if unchanged {
+            // Git points at the revision in force again (a bad commit reverted by a force
+            // push, say): whatever was wrong with the newer one no longer matters.
+            if matches!(self.problem, Some(Problem::Invalid { .. })) {
+                self.problem = None;
+                self.diagnostics.clear();
+            }
+            self.last_attempted = Some(revision);
+            return Ok(());
+        }
+        if known_bad {
             return Ok(());
         }
         self.last_attempted = Some(revision.clone());

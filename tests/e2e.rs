@@ -872,3 +872,31 @@ fn the_agent_survives_an_unreachable_source_and_recovers_without_a_restart() {
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn moving_the_branch_back_to_the_revision_in_force_clears_the_error() {
+    let env = Env::with_options("1s", "");
+    let _agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    let good = env.repo.head();
+    env.repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {mode: 0755}\n",
+    );
+    env.repo.commit("bad");
+    env.wait(
+        "the bad commit is reported",
+        Duration::from_secs(30),
+        || env.status()["sync"] == "Unknown",
+    );
+    env.repo.git(&["reset", "-q", "--hard", &good]);
+    env.wait("back to Synced", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    let st = env.status();
+    assert_eq!(st["revision"], good);
+    assert_eq!(st["lastAttemptedRevision"], good);
+    assert_eq!(st["diagnostics"], json!([]));
+}
