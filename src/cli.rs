@@ -620,6 +620,35 @@ async fn find(
     })
 }
 
+/// The one object `KIND[.GROUP] NAME` names, or `None` (said on standard error) when there is
+/// none.
+///
+/// # Errors
+///
+/// A store error, or an ambiguous name (the same kind and name in two groups).
+async fn find_one(
+    store: &dyn Store,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Option<Object>> {
+    let mut found = find(store, &KindSpec::parse(kind), name, namespace).await?;
+    match found.len() {
+        0 => {
+            eprintln!("{kind} {name} not found");
+            Ok(None)
+        }
+        1 => Ok(found.pop()),
+        _ => {
+            let keys: Vec<String> = found.iter().map(|o| o.key().to_string()).collect();
+            bail!(
+                "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
+                keys.join(", ")
+            )
+        }
+    }
+}
+
 fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Result<()> {
     match format {
         ObjectFormat::Json => println!("{}", serde_json::to_string_pretty(value)?),
@@ -694,32 +723,13 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             name,
             namespace,
             output,
-        } => {
-            let found = find(
-                store.as_ref(),
-                &KindSpec::parse(&kind),
-                &name,
-                namespace.as_deref(),
-            )
-            .await?;
-            match found.as_slice() {
-                [] => {
-                    eprintln!("{kind} {name} not found");
-                    Ok(1)
-                }
-                [one] => {
-                    print_object(&Value::from(one.clone()), output)?;
-                    Ok(0)
-                }
-                many => {
-                    let kinds: Vec<String> = many.iter().map(|o| o.key().to_string()).collect();
-                    bail!(
-                        "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
-                        kinds.join(", ")
-                    )
-                }
+        } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
+            None => Ok(1),
+            Some(one) => {
+                print_object(&Value::from(one), output)?;
+                Ok(0)
             }
-        }
+        },
         StoreCommand::Put { file, namespace } => {
             let (shown, bytes) = if file.as_os_str() == "-" {
                 let mut buf = Vec::new();
@@ -779,38 +789,19 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             kind,
             name,
             namespace,
-        } => {
-            let found = find(
-                store.as_ref(),
-                &KindSpec::parse(&kind),
-                &name,
-                namespace.as_deref(),
-            )
-            .await?;
-            match found.as_slice() {
-                [] => {
-                    eprintln!("{kind} {name} not found");
-                    Ok(1)
-                }
-                [one] => {
-                    store
-                        .commit(vec![Write::Delete {
-                            key: one.key(),
-                            precondition: Precondition::matching(Some(one)),
-                        }])
-                        .await?;
-                    println!("{} deleted", one.key());
-                    Ok(0)
-                }
-                many => {
-                    let kinds: Vec<String> = many.iter().map(|o| o.key().to_string()).collect();
-                    bail!(
-                        "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
-                        kinds.join(", ")
-                    )
-                }
+        } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
+            None => Ok(1),
+            Some(one) => {
+                store
+                    .commit(vec![Write::Delete {
+                        key: one.key(),
+                        precondition: Precondition::matching(Some(&one)),
+                    }])
+                    .await?;
+                println!("{} deleted", one.key());
+                Ok(0)
             }
-        }
+        },
     }
 }
 

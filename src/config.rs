@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 
+use crate::object::dns1123_label_error;
+
 /// Errors from loading a config file. Each names the file; parse and validation errors also
 /// name the line and column.
 #[derive(Debug, thiserror::Error)]
@@ -325,7 +327,7 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
     let mut seen: Vec<&Spanned<String>> = Vec::new();
     for (i, app) in config.apps.iter().enumerate() {
         let name = &app.name;
-        if let Some(problem) = label_problem(&name.value) {
+        if let Some(problem) = dns1123_label_error(&name.value) {
             return Err(invalid(
                 &name.referenced,
                 format!("apps[{i}].name"),
@@ -371,7 +373,7 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             ));
         }
         let ns = &app.target.namespace;
-        if let Some(problem) = label_problem(&ns.value) {
+        if let Some(problem) = dns1123_label_error(&ns.value) {
             return Err(invalid(
                 &ns.referenced,
                 format!("apps[{i}].target.namespace"),
@@ -380,17 +382,6 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-/// Why `s` is not an RFC 1123 label, or `None`.
-fn label_problem(s: &str) -> Option<&'static str> {
-    let ok = !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    (!ok).then_some("must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit")
 }
 
 #[cfg(test)]

@@ -460,132 +460,6 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
     }
 }
 
-fn dns1123_label_error(s: &str) -> Option<String> {
-    if s.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if s.len() > 63 {
-        return Some(format!(
-            "must be at most 63 characters (it has {})",
-            s.len()
-        ));
-    }
-    if s.chars().any(|c| c.is_ascii_uppercase()) {
-        return Some(format!(
-            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
-            s.to_ascii_lowercase()
-        ));
-    }
-    let ok_chars = s
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    let ok_ends = s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if !ok_chars || !ok_ends {
-        return Some(
-            "must consist of lowercase letters, digits and '-', and start and end with a letter or digit (RFC 1123 label)"
-                .into(),
-        );
-    }
-    None
-}
-
-fn dns1123_subdomain_error(s: &str) -> Option<String> {
-    if s.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if s.len() > 253 {
-        return Some(format!(
-            "must be at most 253 characters (it has {})",
-            s.len()
-        ));
-    }
-    if s.chars().any(|c| c.is_ascii_uppercase()) {
-        return Some(format!(
-            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
-            s.to_ascii_lowercase()
-        ));
-    }
-    for part in s.split('.') {
-        let ok = !part.is_empty()
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && part.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if !ok {
-            return Some(
-                "must consist of lowercase letters, digits, '-' and '.', and start and end with a letter or digit (RFC 1123 subdomain)"
-                    .into(),
-            );
-        }
-    }
-    None
-}
-
-fn path_segment_error(s: &str) -> Option<String> {
-    if s.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if s == "." || s == ".." {
-        return Some(format!("must not be `{s}`"));
-    }
-    if s.contains('/') || s.contains('%') {
-        return Some("must not contain '/' or '%'".into());
-    }
-    None
-}
-
-/// Label values: at most 63 characters, empty or `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
-fn label_value_error(s: &str) -> Option<String> {
-    if s.len() > 63 {
-        return Some(format!(
-            "must be at most 63 characters (it has {})",
-            s.len()
-        ));
-    }
-    if s.is_empty() {
-        return None;
-    }
-    let ok = s
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        None
-    } else {
-        Some("must be empty or consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
-    }
-}
-
-/// Label and annotation keys: `[prefix/]name`, prefix a DNS subdomain, name at most 63
-/// characters of `[A-Za-z0-9][-A-Za-z0-9_.]*[A-Za-z0-9]`.
-fn qualified_name_error(s: &str) -> Option<String> {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    if let Some(p) = prefix
-        && let Some(e) = dns1123_subdomain_error(p)
-    {
-        return Some(format!("prefix `{p}` {e}"));
-    }
-    if name.is_empty() || name.len() > 63 {
-        return Some("name part must be 1 to 63 characters".into());
-    }
-    let ok = name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        None
-    } else {
-        Some("name part must consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
-    }
-}
-
 impl Ctx<'_> {
     fn error(&mut self, at: (u64, u64), message: impl Into<String>) {
         self.out
@@ -788,9 +662,9 @@ impl Ctx<'_> {
                 self.expect_identity_string("metadata.name", name);
                 if let NodeKind::Str(s) = &name.value {
                     let problem = match name_rule(group, kind) {
-                        NameRule::Label => dns1123_label_error(s),
-                        NameRule::Subdomain => dns1123_subdomain_error(s),
-                        NameRule::PathSegment => path_segment_error(s),
+                        NameRule::Label => object::dns1123_label_error(s),
+                        NameRule::Subdomain => object::dns1123_subdomain_error(s),
+                        NameRule::PathSegment => object::path_segment_error(s),
                     };
                     if let Some(p) = problem {
                         self.error(pos(name), format!("invalid metadata.name `{s}`: {p}"));
@@ -802,7 +676,7 @@ impl Ctx<'_> {
             match &ns.value {
                 NodeKind::Null => {}
                 NodeKind::Str(s) => {
-                    if let Some(p) = dns1123_label_error(s) {
+                    if let Some(p) = object::dns1123_label_error(s) {
                         self.error(pos(ns), format!("invalid metadata.namespace `{s}`: {p}"));
                     }
                 }
@@ -839,13 +713,13 @@ impl Ctx<'_> {
                         continue;
                     }
                 };
-                if let Some(p) = qualified_name_error(&key) {
+                if let Some(p) = object::qualified_name_error(&key) {
                     self.error(pos(k), format!("invalid {field} key `{key}`: {p}"));
                 }
                 match &v.value {
                     NodeKind::Str(s) => {
                         if field == "labels"
-                            && let Some(p) = label_value_error(s)
+                            && let Some(p) = object::label_value_error(s)
                         {
                             self.error(pos(v), format!("invalid value of label `{key}`: {p}"));
                         }

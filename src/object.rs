@@ -395,6 +395,123 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
         .any(|(g, k)| *g == group && *k == kind)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Kubernetes naming rules (k8s.io/apimachinery/pkg/util/validation). Each returns why a value
+// breaks the rule, or `None`. Names are never changed to fit: the message says what to write.
+
+fn uppercase_hint(s: &str) -> Option<String> {
+    s.chars().any(|c| c.is_ascii_uppercase()).then(|| {
+        format!(
+            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
+            s.to_ascii_lowercase()
+        )
+    })
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, non-empty.
+fn is_label_shaped(p: &str) -> bool {
+    !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && p.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// RFC 1123 label (namespaces, Services, app names): at most 63 characters of lowercase
+/// letters, digits and `-`, starting and ending with a letter or digit.
+pub fn dns1123_label_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s.len() > 63 {
+        return Some(format!(
+            "must be at most 63 characters (it has {})",
+            s.len()
+        ));
+    }
+    if let Some(hint) = uppercase_hint(s) {
+        return Some(hint);
+    }
+    (!is_label_shaped(s)).then(|| {
+        "must consist of lowercase letters, digits and '-', and start and end with a letter or digit (RFC 1123 label)".into()
+    })
+}
+
+/// RFC 1123 subdomain (most object names): at most 253 characters, RFC 1123 labels joined by
+/// dots.
+pub fn dns1123_subdomain_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s.len() > 253 {
+        return Some(format!(
+            "must be at most 253 characters (it has {})",
+            s.len()
+        ));
+    }
+    if let Some(hint) = uppercase_hint(s) {
+        return Some(hint);
+    }
+    (!s.split('.').all(is_label_shaped)).then(|| {
+        "must consist of lowercase letters, digits, '-' and '.', and start and end with a letter or digit (RFC 1123 subdomain)".into()
+    })
+}
+
+/// Path segment name (RBAC kinds): anything but `/` and `%`, and not `.` or `..`.
+pub fn path_segment_error(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s == "." || s == ".." {
+        return Some(format!("must not be `{s}`"));
+    }
+    (s.contains('/') || s.contains('%')).then(|| "must not contain '/' or '%'".into())
+}
+
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, non-empty: the shape of label values and of the
+/// name part of qualified names.
+fn is_qualified_shaped(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Label values: empty, or at most 63 characters of letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+pub fn label_value_error(s: &str) -> Option<String> {
+    if s.len() > 63 {
+        return Some(format!(
+            "must be at most 63 characters (it has {})",
+            s.len()
+        ));
+    }
+    (!s.is_empty() && !is_qualified_shaped(s)).then(|| {
+        "must be empty or consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into()
+    })
+}
+
+/// Label and annotation keys: `[prefix/]name`, the prefix an RFC 1123 subdomain, the name at
+/// most 63 characters shaped like a label value.
+pub fn qualified_name_error(s: &str) -> Option<String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix
+        && let Some(e) = dns1123_subdomain_error(p)
+    {
+        return Some(format!("prefix `{p}` {e}"));
+    }
+    if name.is_empty() || name.len() > 63 {
+        return Some("name part must be 1 to 63 characters".into());
+    }
+    (!is_qualified_shaped(name)).then(|| {
+        "name part must consist of letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
