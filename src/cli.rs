@@ -191,6 +191,7 @@ fn init_logging(cli: &Cli) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Json => builder.json().init(),
@@ -207,9 +208,10 @@ fn load_config(path: Option<&Path>, required: bool) -> anyhow::Result<Loaded> {
         Some(p) => Ok(config::load(p)?),
         None => {
             let p = Path::new(DEFAULT_CONFIG);
-            if p.exists() || required {
-                config::load(p)
-                    .with_context(|| format!("no config: pass -c FILE or create {DEFAULT_CONFIG}"))
+            if p.exists() {
+                Ok(config::load(p)?)
+            } else if required {
+                bail!("no config: pass -c FILE or create {DEFAULT_CONFIG} in this folder")
             } else {
                 Ok(config::parse(p, "{}")?)
             }
@@ -337,7 +339,13 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
             s.update,
             s.delete,
             s.unchanged,
-            if dry_run { " (dry run)" } else { "" }
+            if dry_run {
+                " (dry run)"
+            } else if report.detect_only {
+                " (detect-only: planned, not written)"
+            } else {
+                ""
+            }
         );
         for d in &st.diagnostics {
             eprintln!("{d}");
@@ -574,15 +582,48 @@ impl KindSpec {
         }
     }
 
-    /// Kind matches case-insensitively, and plural forms (`configmaps`, `ingresses`) too.
+    /// Kind matches case-insensitively, plural forms (`configmaps`, `ingresses`) and kubectl's
+    /// short names (`deploy`, `svc`, `cm`...) too.
     fn matches(&self, key: &ObjectKey) -> bool {
         let want = self.kind.to_ascii_lowercase();
+        let want = short_name(&want).unwrap_or(&want).to_string();
         let have = key.kind.to_ascii_lowercase();
         let kind_ok = want == have
             || want.strip_suffix('s') == Some(have.as_str())
             || want.strip_suffix("es") == Some(have.as_str());
         kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group)
     }
+}
+
+/// kubectl's short names of built-in kinds (`kubectl api-resources`), lowercase.
+fn short_name(s: &str) -> Option<&'static str> {
+    Some(match s {
+        "cm" => "configmap",
+        "cj" => "cronjob",
+        "crd" | "crds" => "customresourcedefinition",
+        "deploy" => "deployment",
+        "ds" => "daemonset",
+        "ep" => "endpoints",
+        "hpa" => "horizontalpodautoscaler",
+        "ing" => "ingress",
+        "limits" => "limitrange",
+        "netpol" => "networkpolicy",
+        "no" => "node",
+        "ns" => "namespace",
+        "pc" => "priorityclass",
+        "pdb" => "poddisruptionbudget",
+        "po" => "pod",
+        "pv" => "persistentvolume",
+        "pvc" => "persistentvolumeclaim",
+        "quota" => "resourcequota",
+        "rc" => "replicationcontroller",
+        "rs" => "replicaset",
+        "sa" => "serviceaccount",
+        "sc" => "storageclass",
+        "sts" => "statefulset",
+        "svc" => "service",
+        _ => return None,
+    })
 }
 
 async fn find(
@@ -821,5 +862,8 @@ mod tests {
         assert!(KindSpec::parse("ingress.networking.k8s.io").matches(&ing));
         assert!(KindSpec::parse("configmap.core").matches(&cm));
         assert!(!KindSpec::parse("config").matches(&cm));
+        assert!(KindSpec::parse("deploy").matches(&dep));
+        assert!(KindSpec::parse("CM").matches(&cm));
+        assert!(KindSpec::parse("ing.networking.k8s.io").matches(&ing));
     }
 }

@@ -88,6 +88,9 @@ pub struct Report {
     pub committed_revision: u64,
     /// The rendered diff of a dry run (empty otherwise).
     pub dry_run_diff: String,
+    /// True when the plan was only computed because the app is detect-only (`selfHeal: false`
+    /// and no new revision): the counts say what differs, nothing was written.
+    pub detect_only: bool,
 }
 
 /// The desired set in force.
@@ -478,6 +481,7 @@ impl App {
         };
         self.sync_error = None;
         report.summary = outcome.plan.summary();
+        report.detect_only = dry_run && !self.dry_run;
         report.committed_revision = outcome.committed_revision;
         if self.dry_run {
             report.dry_run_diff = crate::diff::render_plan(&outcome.plan);

@@ -1,4 +1,4 @@
-//! The diff verdicts of argoproj/gitops-engine's test data (`../shared/conformance/gitops-engine/diff`):
+//! The diff verdicts of argoproj/gitops-engine's test data (`tests/data/conformance/gitops-engine/diff`):
 //! real API-server objects full of defaults must not read as drift.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use driftless::diff::{self, Action};
 use driftless::object::Object;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/gitops-engine/diff")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/conformance/gitops-engine/diff")
 }
 
 fn load(name: &str) -> Object {

@@ -1,4 +1,4 @@
-//! Every file of `../shared/corpus/` (real manifests from public repositories, messy on purpose)
+//! Every file of the corpus (`tests/data/corpus`, a copy of `../shared/corpus`) (real manifests from public repositories, messy on purpose)
 //! gives an object, a skip with a warning, or an error naming file and line; never a panic.
 
 mod common;
@@ -20,7 +20,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// `(path relative to the corpus, bytes)` of every manifest file under `sub`.
 fn files(sub: &str) -> Vec<(String, Vec<u8>)> {
-    let root = common::shared().join("corpus");
+    let root = common::data_dir().join("corpus");
     let mut paths = Vec::new();
     walk(&root.join(sub), &mut paths);
     paths.sort();

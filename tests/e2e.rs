@@ -511,6 +511,12 @@ fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
     env.put(&configmap("a", &[("k", "by hand")]));
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out)
+            .contains("1 updated, 0 deleted, 1 unchanged (detect-only: planned, not written)"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(
         env.get("configmap", "a").unwrap()["data"]["k"],
         "by hand",
@@ -789,7 +795,7 @@ fn anonymous_https_repositories_are_fetched_and_followed() {
 #[test]
 fn real_corpus_manifests_sync_and_messy_folders_are_refused_with_both_files_named() {
     let env = Env::new();
-    let corpus = common::shared().join("corpus/kubernetes-examples/web");
+    let corpus = common::data_dir().join("corpus/kubernetes-examples/web");
     let copy = Command::new("cp")
         .arg("-r")
         .arg(&corpus)

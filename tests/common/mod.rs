@@ -100,9 +100,10 @@ pub fn configmap(name: &str, data: &[(&str, &str)]) -> String {
     s
 }
 
-/// The folder holding the shared corpus and conformance data.
-pub fn shared() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared")
+/// The folder holding the corpus and conformance data (copies of the shared test data,
+/// see `tests/data/README.md`).
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
 /// A smart-HTTP Git server (`git http-backend` behind `tests/support/git_http_server.py`) on
