@@ -416,6 +416,7 @@ async fn diff_cmd(
             &crate::sync::Request {
                 app: &name,
                 revision: &fetched.revision,
+                source: "diff",
                 desired: &desired,
                 scope: None,
                 options: diff::PlanOptions {

@@ -97,6 +97,9 @@ pub struct Report {
 #[derive(Clone, Debug)]
 struct InForce {
     revision: Revision,
+    /// [`App::source_identity`] of the config it was read with (from the inventory after a
+    /// restart; empty when the record predates it, which forces a fresh read).
+    source: String,
     /// Tree id at the app's path, when known: an equal tree needs no parsing.
     tree_id: Option<String>,
     /// Shared: cloning the state in force must not copy every object.
@@ -116,6 +119,9 @@ enum Problem {
         reason: &'static str,
         message: String,
     },
+    /// The newest revision is valid but declares nothing, and applying it would prune every
+    /// object of the app (`allowEmpty` is off).
+    Blocked { message: String },
 }
 
 /// Exponential backoff: 5 s doubling to 3 min.
@@ -206,6 +212,7 @@ impl App {
             })?;
         let in_force = inventory.revision.clone().map(|revision| InForce {
             revision,
+            source: inventory.source.clone().unwrap_or_default(),
             tree_id: None,
             desired: Arc::new(inventory.entries.clone()),
         });
@@ -289,6 +296,15 @@ impl App {
         (delay, report)
     }
 
+    /// What the app reads and how: the repository, the path and the default namespace. The
+    /// same revision read with another of these is another desired set.
+    fn source_identity(&self) -> String {
+        format!(
+            "repo={} path={} namespace={}",
+            self.cfg.source.repo.value, self.cfg.source.path.value, self.cfg.target.namespace.value
+        )
+    }
+
     /// Fetches the source and, when the newest revision is new and valid, makes it the one in
     /// force. `Err` when the source failed (a parse error is not a failure to retry: the same
     /// commit will not parse better).
@@ -317,19 +333,23 @@ impl App {
             fetched.revision.short()
         ));
         let revision = fetched.revision.clone();
+        let identity = self.source_identity();
         let unchanged = self
             .in_force
             .as_ref()
-            .is_some_and(|f| f.revision == revision);
+            .is_some_and(|f| f.revision == revision && f.source == identity);
         let known_bad = self.last_attempted.as_ref() == Some(&revision)
-            && matches!(self.problem, Some(Problem::Invalid { .. }));
+            && matches!(
+                self.problem,
+                Some(Problem::Invalid { .. } | Problem::Blocked { .. })
+            );
         if matches!(self.problem, Some(Problem::Source { .. })) {
             self.problem = None;
         }
         if unchanged {
             // Git points at the revision in force again (a bad commit reverted by a force
             // push, say): whatever was wrong with the newer one no longer matters.
-            if matches!(self.problem, Some(Problem::Invalid { .. })) {
+            if self.problem.is_some() {
                 self.problem = None;
                 self.diagnostics.clear();
             }
@@ -347,7 +367,7 @@ impl App {
         {
             Ok(f) => f,
             Err(e @ source::Error::PathNotFound { .. }) => {
-                let message = e.to_string();
+                let message = format!("{e} (source.path in the config)");
                 self.diagnostics = vec![Diagnostic::error(
                     &self.cfg.source.path.value,
                     1,
@@ -369,13 +389,15 @@ impl App {
                 return Err(());
             }
         };
-        // The same tree as in force: same objects, only the revision moves.
+        // The same tree read the same way as in force: same objects, only the revision moves.
         if let Some(f) = &self.in_force
+            && f.source == identity
             && f.tree_id.as_deref() == Some(files.tree_id.as_str())
         {
             let desired = f.desired.clone();
             self.in_force = Some(InForce {
                 revision,
+                source: identity,
                 tree_id: Some(files.tree_id),
                 desired,
             });
@@ -404,6 +426,26 @@ impl App {
             });
             return Ok(());
         }
+        // A revision that declares nothing would prune everything the app owns: unless allowed,
+        // it is not applied, and the revision in force stays enforced.
+        let owns_objects = self
+            .inventory
+            .as_ref()
+            .is_some_and(|i| !i.entries.is_empty());
+        if set.objects.is_empty()
+            && owns_objects
+            && self.cfg.sync.prune
+            && !self.cfg.sync.allow_empty
+        {
+            let message = format!(
+                "revision {} declares no objects under `{}`; refusing to prune every object of the app (set sync.allowEmpty: true to allow)",
+                revision.short(),
+                self.cfg.source.path.value
+            );
+            tracing::warn!(revision = %revision.short(), "Empty revision not applied; the revision in force stays enforced");
+            self.problem = Some(Problem::Blocked { message });
+            return Ok(());
+        }
         self.problem = None;
         let desired: Arc<BTreeMap<ObjectKey, Object>> = Arc::new(
             set.objects
@@ -414,6 +456,7 @@ impl App {
         tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         self.in_force = Some(InForce {
             revision,
+            source: identity,
             tree_id: Some(files.tree_id),
             desired,
         });
@@ -452,6 +495,7 @@ impl App {
         let request = sync::Request {
             app: self.name(),
             revision: &in_force.revision,
+            source: &in_force.source,
             desired: &in_force.desired,
             scope,
             options: PlanOptions {
@@ -672,9 +716,15 @@ impl App {
             .iter()
             .filter(|r| r.sync != SyncStatus::Synced)
             .count();
-        s.sync = if self.problem.is_some() || self.in_force.is_none() || self.sync_error.is_some() {
+        let unknown = matches!(
+            self.problem,
+            Some(Problem::Source { .. } | Problem::Invalid { .. })
+        ) || self.in_force.is_none()
+            || self.sync_error.is_some();
+        let blocked = matches!(self.problem, Some(Problem::Blocked { .. }));
+        s.sync = if unknown {
             SyncStatus::Unknown
-        } else if out_of_sync > 0 {
+        } else if blocked || out_of_sync > 0 {
             SyncStatus::OutOfSync
         } else {
             SyncStatus::Synced
@@ -702,6 +752,8 @@ impl App {
             (false, "SourceUnavailable", format!("{message}{enforcing}"))
         } else if let Some(Problem::Invalid { reason, message }) = &self.problem {
             (false, *reason, format!("{message}{enforcing}"))
+        } else if let Some(Problem::Blocked { message }) = &self.problem {
+            (false, "PruneBlocked", format!("{message}{enforcing}"))
         } else if let Some(e) = &self.sync_error {
             (false, "SyncFailed", format!("{e}{enforcing}"))
         } else if let Some((key, owner)) = self.conflicts.iter().next() {

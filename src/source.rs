@@ -481,7 +481,21 @@ impl<'r> Walker<'r> {
             return Ok(());
         }
         for entry in tree.iter() {
-            let Ok(name) = entry.name() else { continue };
+            let Ok(name) = entry.name() else {
+                // Skipping it would drop its objects and prune them: an error instead, unless
+                // it is a plain file that is not a manifest anyway.
+                let shown = join(prefix, &String::from_utf8_lossy(entry.name_bytes()));
+                let plain_file = entry.kind() == Some(ObjectType::Blob)
+                    && entry.filemode() != 0o120000
+                    && !manifest::is_manifest_path(&shown);
+                if !plain_file {
+                    self.link_error(
+                        &shown,
+                        format!("the name of `{shown}` is not valid UTF-8; rename it"),
+                    );
+                }
+                continue;
+            };
             let path = join(prefix, name);
             if entry.filemode() == 0o120000 {
                 self.follow_link(&path, entry.id())?;

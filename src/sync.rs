@@ -61,6 +61,10 @@ pub struct Inventory {
     pub app: String,
     /// The revision last applied (the revision in force).
     pub revision: Option<Revision>,
+    /// What the revision was read from and how (repository, path, namespace): a change of
+    /// these in the config makes the same revision a new desired set. `None` for records that
+    /// predate it.
+    pub source: Option<String>,
     /// Last-applied declarations by key.
     pub entries: BTreeMap<ObjectKey, Object>,
     /// resourceVersion of the stored record, for compare-and-swap; `None` when not stored yet.
@@ -73,7 +77,8 @@ impl Inventory {
         ObjectKey::new(RESERVED_GROUP, INVENTORY_KIND, "", app)
     }
 
-    /// The record to store: `spec.revision` and `spec.entries` (the last-applied objects).
+    /// The record to store: `spec.revision`, `spec.source` and `spec.entries` (the last-applied
+    /// objects).
     pub fn to_record(&self) -> Object {
         let mut spec = Map::new();
         spec.insert(
@@ -81,6 +86,10 @@ impl Inventory {
             self.revision
                 .as_ref()
                 .map_or(Value::Null, |r| Value::String(r.0.clone())),
+        );
+        spec.insert(
+            "source".into(),
+            self.source.clone().map_or(Value::Null, Value::String),
         );
         spec.insert(
             "entries".into(),
@@ -107,6 +116,10 @@ impl Inventory {
             .and_then(|s| s.get("revision"))
             .and_then(Value::as_str)
             .map(|s| Revision(s.to_string()));
+        let source = spec
+            .and_then(|s| s.get("source"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let mut entries = BTreeMap::new();
         if let Some(list) = spec
             .and_then(|s| s.get("entries"))
@@ -123,6 +136,7 @@ impl Inventory {
         Ok(Self {
             app: app.to_string(),
             revision,
+            source,
             entries,
             resource_version: obj.resource_version(),
         })
@@ -182,6 +196,8 @@ pub struct Request<'a> {
     pub app: &'a str,
     /// The revision the desired set comes from.
     pub revision: &'a Revision,
+    /// What it was read from (see [`Inventory::source`]).
+    pub source: &'a str,
     /// The whole desired set of the app (namespaces defaulted).
     pub desired: &'a BTreeMap<ObjectKey, Object>,
     /// Plan (and write) only these keys; `None` for the whole app. A scoped sync is how drift
@@ -349,7 +365,12 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             .clone()
             .or_else(|| Some(req.revision.clone())),
     };
-    let changed = !updates.is_empty() || revision != inventory.revision;
+    let source = match req.scope {
+        None => Some(req.source.to_string()),
+        Some(_) => inventory.source.clone(),
+    };
+    let changed =
+        !updates.is_empty() || revision != inventory.revision || source != inventory.source;
     if req.dry_run {
         return Ok(Outcome {
             plan,
@@ -364,6 +385,7 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
     let next = changed.then(|| {
         let mut next = inventory.clone();
         next.revision = revision;
+        next.source = source;
         for (k, v) in updates {
             match v {
                 Some(o) => next.entries.insert(k, o),
@@ -439,6 +461,7 @@ mod tests {
         Request {
             app,
             revision: rev,
+            source: "test",
             desired,
             scope: None,
             options: PlanOptions::default(),

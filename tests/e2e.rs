@@ -488,20 +488,76 @@ fn the_previous_revision_survives_a_restart_with_a_bad_head() {
 fn an_empty_desired_set_prunes_nothing_unless_allowed() {
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let good = env.repo.head();
     env.repo.remove("app/a.yaml");
     env.repo.remove("app/b.yaml");
-    env.repo.commit("everything gone");
+    let empty = env.repo.commit("everything gone");
+    let ready_reason = |env: &Env| {
+        env.status()["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()["reason"]
+            .clone()
+    };
+    // Blocked, and it stays blocked: a second pass (and a new process) does not forget it.
+    for _ in 0..2 {
+        assert_eq!(env.run(&["sync"]).status.code(), Some(1));
+        assert!(env.get("configmap", "a").is_some() && env.get("configmap", "b").is_some());
+        let st = env.status();
+        assert_eq!(ready_reason(&env), "PruneBlocked");
+        assert_eq!(st["sync"], "OutOfSync");
+        assert_eq!(st["revision"], good, "the previous revision stays in force");
+        assert_eq!(st["lastAttemptedRevision"], empty);
+    }
+    // ... and enforced: drift reverted, a deleted object recreated.
+    env.put(&configmap("a", &[("k", "drift")]));
+    assert_eq!(
+        env.run(&["store", "delete", "configmap", "b"])
+            .status
+            .code(),
+        Some(0)
+    );
     assert_eq!(env.run(&["sync"]).status.code(), Some(1));
-    assert!(env.get("configmap", "a").is_some() && env.get("configmap", "b").is_some());
-    let st = env.status();
-    let ready = st["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
-    assert_eq!(ready["reason"], "PruneBlocked", "{ready}");
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    assert!(env.get("configmap", "b").is_some());
+    // Allowed explicitly, the empty revision prunes everything.
+    let allow = std::fs::read_to_string(env.config()).unwrap() + "      allowEmpty: true\n";
+    std::fs::write(env.config(), allow).unwrap();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert!(env.get("configmap", "a").is_none() && env.get("configmap", "b").is_none());
+    assert_eq!(env.status()["revision"], empty);
+}
+
+#[test]
+fn changing_the_path_or_namespace_in_the_config_applies_without_a_new_commit() {
+    let env = Env::new();
+    env.repo.write("other/c.yaml", configmap("c", &[]));
+    env.repo.commit("another folder");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    std::fs::write(env.config(), config.replace("path: app", "path: other")).unwrap();
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(env.get("configmap", "c").is_some());
+    assert!(
+        env.get("configmap", "a").is_none(),
+        "the old path's objects are pruned"
+    );
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    std::fs::write(env.config(), config + "    target: {namespace: prod}\n").unwrap();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert!(
+        env.run(&["store", "get", "configmap", "c", "-n", "prod"])
+            .status
+            .success()
+    );
+    assert!(
+        !env.run(&["store", "get", "configmap", "c", "-n", "default"])
+            .status
+            .success()
+    );
 }
 
 #[test]

@@ -208,3 +208,37 @@ async fn symlinks_inside_the_repository_are_followed_and_others_are_errors() {
     // Nothing outside the repository was read.
     assert!(!files.files.iter().any(|(_, b)| b.starts_with(b"root:")));
 }
+
+#[tokio::test]
+async fn names_that_are_not_utf8_are_errors_not_silent_skips() {
+    use std::os::unix::ffi::OsStrExt;
+    let repo = GitRepo::new();
+    repo.write("app/ok.yaml", "ok");
+    let bad_dir = repo.path().join(std::ffi::OsStr::from_bytes(b"app/s\xfcb"));
+    std::fs::create_dir_all(&bad_dir).unwrap();
+    std::fs::write(bad_dir.join("x.yaml"), "x").unwrap();
+    std::fs::write(
+        repo.path()
+            .join(std::ffi::OsStr::from_bytes(b"app/thr\xe9e.yaml")),
+        "y",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path()
+            .join(std::ffi::OsStr::from_bytes(b"app/notes\xe9.txt")),
+        "z",
+    )
+    .unwrap();
+    let id = repo.commit("odd names");
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache.read(&repo.url(), &Revision(id), "app").await.unwrap();
+    let diags: Vec<String> = files.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert_eq!(diags.len(), 2, "{diags:?}");
+    assert!(
+        diags
+            .iter()
+            .all(|d| d.contains("is not valid UTF-8") && d.contains(": error: ")),
+        "{diags:?}"
+    );
+}
