@@ -255,6 +255,13 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if path.ends_with(".json")
+        && let Some((line, column, message)) = json_syntax_error(text)
+    {
+        out.diagnostics
+            .push(Diagnostic::error(path, line, column, message));
+        return out;
+    }
     let docs = match parse_documents(text) {
         Ok(docs) => docs,
         Err((line, column, message)) => {
@@ -267,6 +274,7 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
         path,
         src: text,
         out: &mut out,
+        errors: 0,
     };
     if docs.is_empty() {
         ctx.out.skipped += 1;
@@ -279,6 +287,28 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
         ctx.document(doc, false);
     }
     out
+}
+
+/// A JSON file is read by the YAML parser (for positions and the duplicate-key check), but JSON
+/// that is not JSON (comments, trailing commas) would read as some other YAML: check it as
+/// JSON first and say what is wrong in JSON's terms. Every value of the file is checked.
+fn json_syntax_error(text: &str) -> Option<(u64, u64, String)> {
+    let stream = serde_json::Deserializer::from_str(text).into_iter::<serde::de::IgnoredAny>();
+    for value in stream {
+        if let Err(e) = value {
+            let raw = e.to_string();
+            let message = match raw.rfind(" at line ") {
+                Some(i) => raw[..i].to_string(),
+                None => raw,
+            };
+            return Some((
+                (e.line() as u64).max(1),
+                (e.column() as u64).max(1),
+                format!("invalid JSON: {message}"),
+            ));
+        }
+    }
+    None
 }
 
 /// Line and column (1-based, characters) just after `prefix`.
@@ -388,6 +418,7 @@ fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         strict_booleans: true,
         with_snippet: false,
+        reject_unsupported_tags: true,
         budget: serde_saphyr::budget! {
             max_documents: 200_000,
             max_nodes: 20_000_000,
@@ -413,6 +444,8 @@ struct Ctx<'a> {
     path: &'a str,
     src: &'a str,
     out: &'a mut FileResult,
+    /// Errors reported so far (kept as a count: re-counting per document is quadratic).
+    errors: usize,
 }
 
 fn pos(node: &Node) -> (u64, u64) {
@@ -462,6 +495,7 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
 
 impl Ctx<'_> {
     fn error(&mut self, at: (u64, u64), message: impl Into<String>) {
+        self.errors += 1;
         self.out
             .diagnostics
             .push(Diagnostic::error(self.path, at.0, at.1, message));
@@ -493,12 +527,17 @@ impl Ctx<'_> {
                         node_type(&doc.value)
                     ),
                 );
-            } else {
+            } else if matches!(doc.value, NodeKind::Seq(_)) {
+                // A list document is another tool's file (an Ansible playbook, say).
                 self.out.skipped += 1;
-                self.warning(
+                self.warning(at, "skipped: the document is a list, not an object");
+            } else {
+                // A lone scalar is almost always a manifest that lost its `:`s; skipping it
+                // would prune its object.
+                self.error(
                     at,
                     format!(
-                        "skipped: the document is {}, not an object",
+                        "the document is {}, not a mapping (a missing `:` after a key?)",
                         node_type(&doc.value)
                     ),
                 );
@@ -552,8 +591,10 @@ impl Ctx<'_> {
             );
             return;
         }
-        if api_version_s.is_empty() || kind_s.is_empty() {
-            self.error(at, "`apiVersion` and `kind` must not be empty");
+        if let Some((field, problem)) = identity_problem(&api_version_s, &kind_s) {
+            let node = if field == "kind" { kind } else { api_version };
+            let at = node.map_or(at, |(_, v)| pos(v));
+            self.error(at, problem);
             return;
         }
         // A List holds objects in `items` (kubectl's `v1/List` and `*List` kinds).
@@ -602,7 +643,7 @@ impl Ctx<'_> {
     }
 
     fn error_count(&self) -> usize {
-        self.out.diagnostics.iter().filter(|d| d.is_error()).count()
+        self.errors
     }
 
     fn expect_identity_string(&mut self, field: &str, v: &Node) {
@@ -757,6 +798,14 @@ impl Ctx<'_> {
                 match node.value {
                     NodeKind::Int(i) => Value::from(i),
                     NodeKind::UInt(u) => Value::from(u),
+                    NodeKind::Float(_) if self.raw(node).is_some_and(is_integer_spelling) => {
+                        let raw = self.raw(node).unwrap_or_default().trim().to_string();
+                        self.error(
+                            pos(node),
+                            format!("integer `{raw}` does not fit in 64 bits; quote it to keep it as text"),
+                        );
+                        return None;
+                    }
                     NodeKind::Float(f) => match Number::from_f64(f) {
                         Some(n) => Value::Number(n),
                         None => {
@@ -793,6 +842,14 @@ impl Ctx<'_> {
                             continue;
                         }
                     };
+                    if out.contains_key(&key) {
+                        self.error(
+                            pos(k),
+                            format!("duplicate key `{key}` (two keys that read as the same text, such as `1` and `\"1\"`)"),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     match self.json_of(v) {
                         Some(v) => {
                             out.insert(key, v);
@@ -839,6 +896,62 @@ impl Ctx<'_> {
     }
 }
 
+/// Checks the shape of `apiVersion` (`[group/]version`, the group an RFC 1123 subdomain, the
+/// version lowercase letters and digits such as `v1beta1`) and `kind` (UpperCamelCase letters
+/// and digits), as the Kubernetes API requires. Returns the field at fault and why. Objects of
+/// driftless's own group are refused: those records are the agent's, not Git's.
+fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, String)> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (Some(g), v),
+        None => (None, api_version),
+    };
+    let version_ok = !version.is_empty()
+        && version.starts_with(|c: char| c.is_ascii_lowercase())
+        && version
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !version_ok {
+        return Some((
+            "apiVersion",
+            format!(
+                "invalid apiVersion `{api_version}`: write `group/version` or `version`, e.g. `apps/v1` or `v1`"
+            ),
+        ));
+    }
+    if let Some(g) = group {
+        if let Some(p) = object::dns1123_subdomain_error(g) {
+            return Some((
+                "apiVersion",
+                format!("invalid API group `{g}` in apiVersion `{api_version}`: {p}"),
+            ));
+        }
+        if g == object::RESERVED_GROUP {
+            return Some((
+                "apiVersion",
+                format!(
+                    "the API group `{g}` holds driftless's own records (inventories, app status); it cannot be declared"
+                ),
+            ));
+        }
+    }
+    let kind_ok = kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    if !kind_ok {
+        let mut chars = kind.trim().chars();
+        let hint = chars
+            .next()
+            .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+            .filter(|h| h.chars().all(|c| c.is_ascii_alphanumeric()) && !h.is_empty())
+            .map(|h| format!(", e.g. `{h}`"))
+            .unwrap_or_default();
+        return Some((
+            "kind",
+            format!("invalid kind `{kind}`: a kind is UpperCamelCase letters and digits{hint}"),
+        ));
+    }
+    None
+}
+
 fn string_of(entry: Option<&(Node, Node)>) -> String {
     match entry {
         Some((
@@ -850,6 +963,13 @@ fn string_of(entry: Option<&(Node, Node)>) -> String {
         )) => s.clone(),
         _ => String::new(),
     }
+}
+
+/// True for a plain decimal integer spelling (`123`, `-45`): read as a float only when it does
+/// not fit in 64 bits.
+fn is_integer_spelling(raw: &str) -> bool {
+    let digits = raw.trim().trim_start_matches(['-', '+']);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
 }
 
 /// Explains a plain number whose meaning differs between YAML 1.1 and YAML 1.2, or `None`.
@@ -1164,6 +1284,117 @@ mod tests {
             b"{\"apiVersion\": \"v1\",\n \"kind\": \"ConfigMap\",\n \"kind\": \"Secret\"}",
         );
         assert_eq!(errors(&dup), vec!["3:2: duplicate key `kind`"]);
+    }
+
+    #[test]
+    fn json_that_is_not_json_is_an_error_in_json_terms() {
+        let r = parse_file(
+            "c.json",
+            b"{\n  // a comment\n  \"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"a\"}\n}\n",
+        );
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("2:3: invalid JSON: "), "{e:?}");
+        let trailing = parse_file("t.json", b"{\"apiVersion\": \"v1\",}");
+        assert_eq!(
+            errors(&trailing),
+            vec!["1:21: invalid JSON: key must be a string"]
+        );
+    }
+
+    #[test]
+    fn keys_that_read_as_the_same_text_are_duplicates() {
+        for data in [
+            "  \"1\": a\n  1: b\n",
+            "  null: a\n  ~: b\n",
+            "  \"null\": a\n  null: b\n",
+        ] {
+            let r = one(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a}}\ndata:\n{data}"
+            ));
+            let e = errors(&r);
+            assert_eq!(e.len(), 1, "{data}: {e:?}");
+            assert!(e[0].starts_with("6:3: duplicate key"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_errors_not_rounded_floats() {
+        let r = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\nspec:\n  n: 12345678901234567890123\n  m: 18446744073709551615\n",
+        );
+        let e = errors(&r);
+        assert_eq!(
+            e,
+            vec![
+                "5:6: integer `12345678901234567890123` does not fit in 64 bits; quote it to keep it as text"
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_tags_are_errors() {
+        let r = one("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  k: !Ref foo\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("5:11: unsupported tag `!Ref`"), "{e:?}");
+    }
+
+    #[test]
+    fn api_version_and_kind_have_the_shapes_kubernetes_requires() {
+        for (api, kind, at) in [
+            ("a/b/c", "ConfigMap", "1:13"),
+            ("/v1", "ConfigMap", "1:13"),
+            ("v1/", "ConfigMap", "1:13"),
+            ("\"apps/v1 \"", "Deployment", "1:13"),
+            ("APPS/v1", "Deployment", "1:13"),
+            ("v1", "configmap", "2:7"),
+            ("v1", "\" ConfigMap\"", "2:7"),
+            ("v1", "Config Map", "2:7"),
+            ("driftless.io/v1", "Inventory", "1:13"),
+        ] {
+            let r = one(&format!(
+                "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: a}}\n"
+            ));
+            let e = errors(&r);
+            assert_eq!(e.len(), 1, "{api} {kind}: {e:?}");
+            assert!(e[0].starts_with(at), "{api} {kind}: {e:?}");
+        }
+        assert!(
+            errors(&one(
+                "apiVersion: v1\nkind: configmap\nmetadata: {name: a}\n"
+            ))[0]
+                .contains("e.g. `Configmap`")
+        );
+        for (api, kind) in [
+            ("v1", "ConfigMap"),
+            ("apps/v1", "Deployment"),
+            ("autoscaling/v2beta2", "HorizontalPodAutoscaler"),
+            ("cert-manager.io/v1", "ClusterIssuer"),
+        ] {
+            let r = one(&format!(
+                "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: a}}\n"
+            ));
+            assert!(
+                r.diagnostics.is_empty(),
+                "{api} {kind}: {:?}",
+                r.diagnostics
+            );
+        }
+    }
+
+    #[test]
+    fn scalar_documents_are_errors_and_list_documents_are_skipped() {
+        let r = one("apiVersion v1\nkind ConfigMap\n");
+        let e = errors(&r);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].contains("not a mapping (a missing `:` after a key?)"),
+            "{e:?}"
+        );
+        let l = one("- hosts: all\n  tasks: []\n");
+        assert_eq!(l.skipped, 1);
+        assert!(errors(&l).is_empty());
     }
 
     #[test]

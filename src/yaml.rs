@@ -31,8 +31,40 @@ fn message(raw: &str) -> String {
         Some(i) if msg[i..].contains(", column ") => msg[..i].trim_end(),
         _ => msg,
     };
+    // Hints about the library's own options mean nothing to a user.
+    let msg = match msg.find(" set ").or_else(|| msg.find(", set ")) {
+        Some(i) if msg[i..].contains("Options") => msg[..i].trim_end_matches([',', '.', ' ']),
+        _ => msg,
+    };
     if let Some(key) = msg.strip_prefix("duplicate mapping key: ") {
         return format!("duplicate key `{key}`");
+    }
+    if let Some(rest) = msg.strip_prefix("budget breached: ") {
+        let what = rest.split([' ', '{']).next().unwrap_or(rest);
+        return match what {
+            "Depth" => "nested deeper than the parser allows (128 levels)".into(),
+            "Aliases" | "Anchors" | "AliasAnchorRatio" => {
+                "too many aliases or anchors (an alias bomb?)".into()
+            }
+            "Documents" => "too many documents in one file".into(),
+            other => format!("the file is too large to read safely ({other} limit)"),
+        };
+    }
+    if msg.starts_with("!!binary scalar is not valid UTF-8") {
+        return "a `!!binary` value must decode to UTF-8 text here".into();
+    }
+    if msg.starts_with("alias replay limit exceeded") {
+        return "aliases expand to too much data (an alias bomb?)".into();
+    }
+    if let Some(rest) = msg.strip_prefix("non-finite float ") {
+        let value = rest.split(" rejected").next().unwrap_or(rest);
+        return format!("number {value} is out of range");
+    }
+    if msg.starts_with("cannot deserialize null into string") {
+        return "expected a string, found null".into();
+    }
+    if msg.starts_with("unsupported tag") {
+        return format!("{msg}: Kubernetes manifests use no custom tags");
     }
     msg.to_string()
 }
@@ -54,5 +86,23 @@ mod tests {
             "unknown field `branch`, expected one of repo, ref"
         );
         assert_eq!(message("unclosed quote"), "unclosed quote");
+        assert_eq!(
+            message("budget breached: Depth { depth: 129 }"),
+            "nested deeper than the parser allows (128 levels)"
+        );
+        assert_eq!(
+            message("non-finite float `1e400` rejected by the configured policy"),
+            "number `1e400` is out of range"
+        );
+        assert_eq!(
+            message(
+                "!!binary scalar is not valid UTF-8 so cannot be stored into string. If you just use !!binary for documentation/annotation, set ignore_binary_tag_for_string in Options"
+            ),
+            "a `!!binary` value must decode to UTF-8 text here"
+        );
+        assert_eq!(
+            message("cannot deserialize null into string; use Option<String>"),
+            "expected a string, found null"
+        );
     }
 }
