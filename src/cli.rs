@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::config::{self, Loaded};
 use crate::diff;
 use crate::manifest::{self, Diagnostic};
-use crate::object::{self, Object, ObjectKey, RESERVED_GROUP};
+use crate::object::{self, Object, ObjectKey};
 use crate::reconcile::{Agent, App, Trigger};
 use crate::source::GitCache;
 use crate::status::{self, SyncStatus};
@@ -159,6 +159,12 @@ pub enum StoreCommand {
 /// Parses the command line, runs the command and returns its exit status. Errors print their
 /// chain to standard error and exit 2.
 pub fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of standard output goes away
+    // (`driftless store list | head`) instead of failing on the broken pipe.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     init_logging(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -275,6 +281,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
 
 async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let store = open_store(&cfg)?;
+    let _lock = lock_agent(&cfg)?;
     let git = GitCache::new(&cfg.config.cache_dir);
     if cfg.config.apps.is_empty() {
         tracing::warn!(config = %cfg.path.display(), "No apps configured");
@@ -289,6 +296,37 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     join.await.context("agent task failed")?;
     tracing::info!("Stopped cleanly");
     Ok(0)
+}
+
+/// Takes the store's agent lock (`<store file>.agent.lock`, an advisory lock the kernel drops
+/// when the process ends), so that two agents never reconcile the same apps on one SQLite store.
+/// Held for as long as the returned file lives.
+///
+/// # Errors
+///
+/// When another process holds the lock, or the lock file cannot be created.
+fn lock_agent(cfg: &Loaded) -> anyhow::Result<std::fs::File> {
+    let store = cfg.sqlite_path().context("no store configured")?;
+    let mut name = store.as_os_str().to_owned();
+    name.push(".agent.lock");
+    let path = PathBuf::from(name);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another agent is already running on the store {} (it holds {}); one agent per store",
+            store.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
@@ -523,32 +561,54 @@ fn validate(paths: &[PathBuf]) -> u8 {
     if errors > 0 { 1 } else { 0 }
 }
 
+/// Collects the files `validate` reads for one argument. A file named on the command line is
+/// read whatever its name (if it is a regular file). A folder is read as the agent reads an
+/// app's folder in Git: `*.yaml`, `*.yml` and `*.json` recursively, a symlink followed only
+/// when its target stays inside the folder (any other link is an error on the link's path and
+/// its target is never read), a folder reached twice through links is a cycle, and anything
+/// that is not a regular file (a FIFO, a device) is an error.
 fn collect_files(path: &Path, files: &mut Vec<(String, Vec<u8>)>, diags: &mut Vec<Diagnostic>) {
     let shown = path.display().to_string();
     if path.is_dir() {
-        let entries = match std::fs::read_dir(path) {
-            Ok(e) => e,
-            Err(e) => {
-                diags.push(Diagnostic::error(
-                    &shown,
-                    1,
-                    1,
-                    format!("cannot read folder: {e}"),
-                ));
-                return;
+        match std::fs::canonicalize(path) {
+            Ok(root) => {
+                let mut visiting = std::collections::HashSet::new();
+                walk_folder(&root, path, &shown, &mut visiting, files, diags);
             }
-        };
-        let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        children.sort();
-        for child in children {
-            if child.is_dir() || manifest::is_manifest_path(&child.to_string_lossy()) {
-                collect_files(&child, files, diags);
-            }
+            Err(e) => diags.push(Diagnostic::error(
+                &shown,
+                1,
+                1,
+                format!("cannot read folder: {e}"),
+            )),
         }
         return;
     }
-    match std::fs::read(path) {
-        Ok(bytes) => files.push((shown, bytes)),
+    read_regular_file(path, shown, files, diags);
+}
+
+fn read_regular_file(
+    path: &Path,
+    shown: String,
+    files: &mut Vec<(String, Vec<u8>)>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => match std::fs::read(path) {
+            Ok(bytes) => files.push((shown, bytes)),
+            Err(e) => diags.push(Diagnostic::error(
+                &shown,
+                1,
+                1,
+                format!("cannot read file: {e}"),
+            )),
+        },
+        Ok(_) => diags.push(Diagnostic::error(
+            &shown,
+            1,
+            1,
+            "not a regular file; not read",
+        )),
         Err(e) => diags.push(Diagnostic::error(
             &shown,
             1,
@@ -556,6 +616,88 @@ fn collect_files(path: &Path, files: &mut Vec<(String, Vec<u8>)>, diags: &mut Ve
             format!("cannot read file: {e}"),
         )),
     }
+}
+
+fn walk_folder(
+    root: &Path,
+    dir: &Path,
+    shown: &str,
+    visiting: &mut std::collections::HashSet<PathBuf>,
+    files: &mut Vec<(String, Vec<u8>)>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let real = match std::fs::canonicalize(dir) {
+        Ok(r) => r,
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                shown,
+                1,
+                1,
+                format!("cannot read folder: {e}"),
+            ));
+            return;
+        }
+    };
+    if !visiting.insert(real.clone()) {
+        diags.push(Diagnostic::error(
+            shown,
+            1,
+            1,
+            format!("symlink `{shown}` leads back into a folder it is in (a cycle); remove it"),
+        ));
+        return;
+    }
+    let mut children: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                shown,
+                1,
+                1,
+                format!("cannot read folder: {e}"),
+            ));
+            visiting.remove(&real);
+            return;
+        }
+    };
+    children.sort();
+    for child in children {
+        let name = child
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let child_shown = format!("{}/{name}", shown.trim_end_matches('/'));
+        let Ok(lmeta) = std::fs::symlink_metadata(&child) else {
+            continue;
+        };
+        if lmeta.is_symlink() {
+            let target = std::fs::read_link(&child)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            match std::fs::canonicalize(&child) {
+                Err(_) => diags.push(Diagnostic::error(
+                    &child_shown,
+                    1,
+                    1,
+                    format!("symlink `{child_shown}` points to `{target}`, which does not exist"),
+                )),
+                Ok(dest) if !dest.starts_with(root) => diags.push(Diagnostic::error(
+                    &child_shown,
+                    1,
+                    1,
+                    format!("symlink `{child_shown}` points outside the folder (`{target}`); it is not followed"),
+                )),
+                Ok(dest) if dest.is_dir() => walk_folder(root, &child, &child_shown, visiting, files, diags),
+                Ok(_) if manifest::is_manifest_path(&name) => read_regular_file(&child, child_shown, files, diags),
+                Ok(_) => {}
+            }
+        } else if lmeta.is_dir() {
+            walk_folder(root, &child, &child_shown, visiting, files, diags);
+        } else if manifest::is_manifest_path(&name) {
+            read_regular_file(&child, child_shown, files, diags);
+        }
+    }
+    visiting.remove(&real);
 }
 
 /// A `KIND[.GROUP]` argument.
@@ -591,7 +733,10 @@ impl KindSpec {
         let have = key.kind.to_ascii_lowercase();
         let kind_ok = want == have
             || want.strip_suffix('s') == Some(have.as_str())
-            || want.strip_suffix("es") == Some(have.as_str());
+            || want.strip_suffix("es") == Some(have.as_str())
+            || want
+                .strip_suffix("ies")
+                .is_some_and(|stem| have.strip_suffix('y') == Some(stem));
         kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group)
     }
 }
@@ -795,22 +940,29 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 return Ok(1);
             }
             let ns = namespace.unwrap_or_else(|| "default".into());
+            if let Some(problem) = object::dns1123_label_error(&ns) {
+                bail!("invalid namespace `{ns}` given with -n: {problem}");
+            }
             let mut writes = Vec::new();
             for d in parsed.objects {
                 let mut o = d.object;
-                if o.key().is_reserved() {
-                    bail!(
-                        "{}:{}: objects of {RESERVED_GROUP} are driftless's own records; not written",
-                        d.path,
-                        d.line
-                    );
-                }
                 if o.namespace().is_empty() && !object::is_cluster_scoped(o.group(), o.kind()) {
                     o.set_namespace(&ns);
                 }
-                let precondition = match o.resource_version() {
-                    Some(rv) => Precondition::ResourceVersion(rv),
-                    None => Precondition::Any,
+                // A resourceVersion makes the write conditional; one that is not a number must
+                // not silently turn it into an unconditional overwrite.
+                let precondition = match o.metadata().get("resourceVersion") {
+                    None | Some(Value::Null) => Precondition::Any,
+                    Some(Value::String(s)) if s.is_empty() => Precondition::Any,
+                    Some(raw) => match o.resource_version() {
+                        Some(rv) => Precondition::ResourceVersion(rv),
+                        None => bail!(
+                            "{}:{}:{}: metadata.resourceVersion {raw} is not a resourceVersion (a decimal number); remove it to write unconditionally; nothing written",
+                            d.path,
+                            d.line,
+                            d.column
+                        ),
+                    },
                 };
                 writes.push(Write::Put {
                     object: o,
@@ -864,6 +1016,8 @@ mod tests {
         assert!(KindSpec::parse("configmap.core").matches(&cm));
         assert!(!KindSpec::parse("config").matches(&cm));
         assert!(KindSpec::parse("deploy").matches(&dep));
+        let np = ObjectKey::new("networking.k8s.io", "NetworkPolicy", "d", "x");
+        assert!(KindSpec::parse("networkpolicies").matches(&np));
         assert!(KindSpec::parse("CM").matches(&cm));
         assert!(KindSpec::parse("ing.networking.k8s.io").matches(&ing));
     }

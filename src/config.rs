@@ -257,11 +257,21 @@ pub fn is_url(repo: &str) -> bool {
 /// and [`Error::Invalid`] (duplicate app names, invalid names and namespaces, a path climbing
 /// out of the repository, an interval under one second).
 pub fn load(path: &Path) -> Result<Loaded, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    let bytes = std::fs::read(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(path, &text)
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let offset = e.valid_up_to();
+        let (line, column) = crate::yaml::line_column(&bytes[..offset]);
+        Error::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: format!("invalid UTF-8 at byte offset {offset}; save the file as UTF-8"),
+        }
+    })?;
+    parse(path, text.strip_prefix('\u{feff}').unwrap_or(text))
 }
 
 /// Parses and validates config text as if read from `path` (used for relative paths and

@@ -244,7 +244,7 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
         Ok(t) => t,
         Err(e) => {
             let offset = e.valid_up_to();
-            let (line, column) = line_column(&bytes[..offset]);
+            let (line, column) = crate::yaml::line_column(&bytes[..offset]);
             out.diagnostics.push(Diagnostic::error(
                 path,
                 line,
@@ -309,17 +309,6 @@ fn json_syntax_error(text: &str) -> Option<(u64, u64, String)> {
         }
     }
     None
-}
-
-/// Line and column (1-based, characters) just after `prefix`.
-fn line_column(prefix: &[u8]) -> (u64, u64) {
-    let line = prefix.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
-    let last = prefix
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(prefix, |i| &prefix[i + 1..]);
-    let column = String::from_utf8_lossy(last).chars().count() as u64 + 1;
-    (line, column)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -41,6 +41,12 @@ pub enum Error {
         #[source]
         source: git2::Error,
     },
+    /// The repository is a local path that does not exist.
+    #[error("repository {url} does not exist")]
+    RepositoryNotFound {
+        /// The path as configured.
+        url: String,
+    },
     /// The ref is neither a branch, a tag, a full ref name nor a commit id of the repository.
     #[error("ref `{reference}` not found in {url}")]
     RefNotFound {
@@ -230,6 +236,12 @@ fn fetch_blocking(path: &Path, url: &str, reference: Option<&str>) -> Result<Fet
             revision: Revision(oid.to_string()),
             resolved_ref: oid.to_string(),
             received_objects: 0,
+        });
+    }
+    let is_local = !url.contains("://") && !url.contains('@');
+    if is_local && !Path::new(url).exists() {
+        return Err(Error::RepositoryNotFound {
+            url: url.to_string(),
         });
     }
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;

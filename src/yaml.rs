@@ -12,6 +12,18 @@ pub fn error_parts(e: &serde_saphyr::Error) -> (u64, u64, String) {
     (line, column, message(&e.to_string()))
 }
 
+/// Line and column (1-based; the column counts characters) of the position just after
+/// `prefix`, for byte offsets found outside the parser (invalid UTF-8).
+pub fn line_column(prefix: &[u8]) -> (u64, u64) {
+    let line = prefix.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let last = prefix
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(prefix, |i| &prefix[i + 1..]);
+    let column = String::from_utf8_lossy(last).chars().count() as u64 + 1;
+    (line, column)
+}
+
 fn message(raw: &str) -> String {
     let mut msg = raw.trim();
     msg = msg.strip_prefix("error: ").unwrap_or(msg);

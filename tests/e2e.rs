@@ -962,3 +962,125 @@ fn moving_the_branch_back_to_the_revision_in_force_clears_the_error() {
     assert_eq!(st["lastAttemptedRevision"], good);
     assert_eq!(st["diagnostics"], json!([]));
 }
+
+#[test]
+fn validate_follows_links_only_inside_the_folder_and_reads_no_special_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(app.join("a.yaml"), configmap("a", &[])).unwrap();
+    let link =
+        |target: &str, name: &str| std::os::unix::fs::symlink(target, app.join(name)).unwrap();
+    link("/etc/passwd", "passwd.yaml");
+    link("../..", "up");
+    link(".", "loop");
+    link("/dev/zero", "zero.yaml");
+    link("a.yaml", "again.yml");
+    let fifo = Command::new("mkfifo")
+        .arg(app.join("fifo.yaml"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("validate")
+        .arg("app")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    for expected in [
+        "app/fifo.yaml:1:1: error: not a regular file; not read",
+        "app/loop:1:1: error: symlink `app/loop` leads back into a folder it is in (a cycle)",
+        "app/passwd.yaml:1:1: error: symlink `app/passwd.yaml` points outside the folder (`/etc/passwd`); it is not followed",
+        "app/up:1:1: error: symlink `app/up` points outside the folder",
+        "app/zero.yaml:1:1: error: symlink `app/zero.yaml` points outside the folder",
+        "app/again.yml:1:1: error: ConfigMap default/a is declared twice: here and at app/a.yaml:1:1",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+    assert!(!text.contains("root:"), "{text}");
+}
+
+#[test]
+fn store_put_refuses_malformed_resource_versions_and_namespaces() {
+    let env = Env::new();
+    env.put(&configmap("one", &[("k", "1")]));
+    let f = env.dir.path().join("rv.yaml");
+    for rv in ["\"abc\"", "\"-1\"", "1.5", "\" 2\"", "[]"] {
+        std::fs::write(&f, format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: one, resourceVersion: {rv}}}\ndata: {{k: \"2\"}}\n")).unwrap();
+        let out = env.run(&["store", "put", "-f", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{rv}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("is not a resourceVersion"),
+            "{rv}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        env.get("configmap", "one").unwrap()["data"]["k"],
+        "1",
+        "nothing overwritten"
+    );
+    let bad_ns = env.run(&["store", "put", "-f", f.to_str().unwrap(), "-n", "Bad NS!"]);
+    assert_eq!(bad_ns.status.code(), Some(2));
+    assert!(
+        stderr(&bad_ns).contains("invalid namespace `Bad NS!`"),
+        "{}",
+        stderr(&bad_ns)
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    let env = Env::new();
+    // Far more than a pipe holds (64 KiB), so the writer does meet the closed pipe.
+    let big: String = (0..400)
+        .map(|i| {
+            format!(
+                "---\n{}",
+                configmap(&format!("c{i}"), &[("blob", &"x".repeat(1000))])
+            )
+        })
+        .collect();
+    env.put(&big);
+    let sh = format!(
+        "'{}' -c '{}' store list -o json | head -c 10 >/dev/null; echo \"${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_driftless"),
+        env.config().display()
+    );
+    let out = Command::new("bash").arg("-c").arg(&sh).output().unwrap();
+    // 141 = killed by SIGPIPE, like any Unix filter; never a panic (101).
+    let code = stdout(&out).trim().to_string();
+    assert!(
+        code == "0" || code == "141",
+        "exit {code}: {}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_second_agent_on_the_same_store_refuses_to_start() {
+    let env = Env::new();
+    let first = env.agent();
+    env.wait("first agent up", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let second = env.run(&["run"]);
+    assert_eq!(second.status.code(), Some(2));
+    assert!(
+        stderr(&second).contains("another agent is already running on the store"),
+        "{}",
+        stderr(&second)
+    );
+    let (code, _) = first.stop();
+    assert_eq!(code, Some(0));
+    // Once the first is gone, the lock is free again.
+    let third = env.agent();
+    env.wait("third agent logs", Duration::from_secs(30), || {
+        env.log().contains("Agent started")
+    });
+    let (code, log) = third.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -69,6 +69,12 @@ async fn unknown_refs_and_unreachable_repositories_are_errors() {
         format!("ref `nope` not found in {}", repo.url())
     );
     let err = cache.fetch("/does/not/exist", None).await.unwrap_err();
+    assert_eq!(err.to_string(), "repository /does/not/exist does not exist");
+    let not_a_repo = tempfile::tempdir().unwrap();
+    let err = cache
+        .fetch(&not_a_repo.path().display().to_string(), None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::FetchFailed { .. }), "{err}");
 }
 

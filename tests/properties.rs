@@ -1,0 +1,121 @@
+//! Properties checked over generated input (proptest).
+
+use driftless::diff::{self, Action};
+use driftless::manifest;
+use driftless::object::Object;
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+/// YAML-looking text built from tokens that tend to break parsers.
+fn yamlish() -> impl Strategy<Value = String> {
+    let token = prop_oneof![
+        Just("apiVersion: v1\n".to_string()),
+        Just("kind: ConfigMap\n".to_string()),
+        Just("metadata:\n  name: a\n".to_string()),
+        Just("---\n".to_string()),
+        Just("- ".to_string()),
+        Just("  ".to_string()),
+        Just("\t".to_string()),
+        Just(": ".to_string()),
+        Just("&a ".to_string()),
+        Just("*a ".to_string()),
+        Just("<<: *a\n".to_string()),
+        Just("{".to_string()),
+        Just("}".to_string()),
+        Just("[".to_string()),
+        Just("]".to_string()),
+        Just("\"".to_string()),
+        Just("'".to_string()),
+        Just("0755".to_string()),
+        Just("!!binary ".to_string()),
+        Just("!Ref ".to_string()),
+        Just("\r\n".to_string()),
+        Just("\u{feff}".to_string()),
+        Just("# c\n".to_string()),
+        Just("?".to_string()),
+        "[a-z]{1,5}".prop_map(|s| s),
+        "[0-9]{1,20}".prop_map(|s| s),
+    ];
+    prop::collection::vec(token, 0..40).prop_map(|v| v.concat())
+}
+
+/// A JSON value of nested maps and lists with scalar leaves.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-1000i64..1000).prop_map(Value::from),
+        "[a-c]{0,3}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-d]", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+            // Lists of named items, the kind merged by name.
+            prop::collection::btree_map("[a-c]", "[x-z]{1,2}", 1..3).prop_map(|m| {
+                Value::Array(
+                    m.into_iter()
+                        .map(|(n, v)| json!({"name": n, "v": v}))
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+fn configmap_with(spec: Value, labels: Value) -> Object {
+    Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": "d", "labels": labels}, "spec": spec}))
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn the_parser_never_panics_and_always_gives_a_position(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let r = manifest::parse_file("f.yaml", &bytes);
+        for d in &r.diagnostics {
+            prop_assert!(d.line >= 1 && d.column >= 1);
+        }
+    }
+
+    #[test]
+    fn yaml_like_text_gives_objects_or_positioned_diagnostics(text in yamlish()) {
+        let r = manifest::parse_file("f.yaml", text.as_bytes());
+        prop_assert!(!r.objects.is_empty() || !r.diagnostics.is_empty() || text.trim().is_empty() || r.skipped > 0);
+        for d in &r.diagnostics {
+            prop_assert!(d.line >= 1 && d.column >= 1, "{}", d);
+            prop_assert!(!d.message.is_empty());
+        }
+    }
+
+    /// Applying a merge and planning again finds nothing to do: the diff and the apply agree,
+    /// so re-applying an unchanged declaration never writes.
+    #[test]
+    fn a_merge_is_a_fixed_point_of_the_plan(
+        declared in json_value(), live in json_value(), last in json_value(),
+        dl in prop::collection::btree_map("[a-c]", "[a-c]{1,2}", 0..3),
+        ll in prop::collection::btree_map("[a-e]", "[a-c]{1,2}", 0..3),
+    ) {
+        let declared = configmap_with(declared, json!(dl));
+        let live = configmap_with(live, json!(ll));
+        let last = configmap_with(last, json!({}));
+        let merged = diff::merge(&declared, &live, Some(&last));
+        let again = diff::plan_one(&declared.key(), &declared, Some(&merged), Some(&declared));
+        prop_assert_eq!(again.action, Action::Unchanged, "changes: {:?}", again.changes);
+    }
+
+    /// Fields only the live object has, and that Git never applied, survive a merge.
+    #[test]
+    fn other_writers_top_level_fields_survive(declared in json_value(), extra in json_value()) {
+        let declared = configmap_with(declared, json!({}));
+        let mut live = configmap_with(json!({}), json!({}));
+        live.as_map_mut().insert("otherWriter".into(), extra.clone());
+        live.as_map_mut().insert("status".into(), json!({"ready": true}));
+        let merged = diff::merge(&declared, &live, None);
+        prop_assert_eq!(merged.get("otherWriter"), Some(&extra));
+        prop_assert_eq!(merged.get("status"), Some(&json!({"ready": true})));
+    }
+}
