@@ -242,6 +242,49 @@ fn main() {
     let cold_med = median(&mut cold);
     let noop_med = median(&mut noop);
 
+    // The running agent's periodic resync when nothing changed: the same reconcile the agent
+    // runs at each poll, in process, after a first pass (the revision is known, so it fetches,
+    // finds nothing new, reads the live objects and plans, and writes nothing).
+    let agent_noop_med = {
+        let dir = work.path().join("in-process");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg_path = write_config(&dir, &repo);
+        let cfg = driftless::config::load(&cfg_path).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store: Arc<dyn Store> = Arc::new(
+                SqliteStore::open(cfg.sqlite_path().unwrap(), Default::default()).unwrap(),
+            );
+            let git = driftless::source::GitCache::new(&cfg.config.cache_dir);
+            let mut app = driftless::reconcile::App::load(
+                cfg.config.apps[0].clone(),
+                store.clone(),
+                git,
+                Arc::new(tokio::sync::Mutex::new(())),
+                false,
+            )
+            .await
+            .unwrap();
+            app.reconcile(driftless::reconcile::Trigger::Fetch).await;
+            let before = store.revision().await.unwrap();
+            let mut times = Vec::new();
+            for _ in 0..a.runs {
+                let start = Instant::now();
+                let (_, report) = app.reconcile(driftless::reconcile::Trigger::Fetch).await;
+                times.push(start.elapsed());
+                assert_eq!(
+                    report.committed_revision, 0,
+                    "a no-op resync writes nothing"
+                );
+            }
+            assert_eq!(store.revision().await.unwrap(), before);
+            median(&mut times)
+        })
+    };
+
     // Drift-revert latency with the agent running.
     let dir = last_cfg.parent().unwrap().to_path_buf();
     let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
@@ -334,10 +377,15 @@ fn main() {
         cold_rss / 1024
     );
     println!(
-        "| no-op resync (fetch, parse, plan; nothing written) | {} | {} | {} MiB |",
+        "| no-op resync, new process (fetch, parse, plan; nothing written) | {} | {} | {} MiB |",
         ms(noop_med),
         ratio(noop_med),
         noop_rss / 1024
+    );
+    println!(
+        "| no-op resync in the running agent (fetch, read, plan; nothing written) | {} | {} | |",
+        ms(agent_noop_med),
+        ratio(agent_noop_med)
     );
     println!("| drift-revert latency, median | {} | | |", ms(drift_med));
     println!("| drift-revert latency, p99 | {} | | |", ms(drift_p99));

@@ -505,14 +505,60 @@ pub fn owned_view(obj: &Object) -> Value {
     Value::Object(out)
 }
 
-/// The field-level differences between `live` and `target` under the comparison rules,
-/// masked when the object is a Secret. Empty when they are equal.
+/// The field-level differences between `live` and `target` under the comparison rules (the
+/// fields of [`owned_view`], compared in place without copying), masked when the object is a
+/// Secret. Empty when they are equal.
 pub fn compare(live: &Object, target: &Object) -> Vec<Change> {
-    let a = owned_view(live);
-    let b = owned_view(target);
+    let (l, t) = (live.as_map(), target.as_map());
+    let secret = live.is_secret() || target.is_secret();
+    let null = Value::Null;
     let mut out = Vec::new();
-    walk(&a, &b, &mut String::new(), &mut out);
-    if live.is_secret() || target.is_secret() {
+    let mut path = String::new();
+    let mut at = |p: &str, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<Change>| {
+        path.clear();
+        path.push_str(p);
+        walk(a.unwrap_or(&null), b.unwrap_or(&null), &mut path, out);
+    };
+    let mut keys: Vec<&String> = l.keys().collect();
+    keys.extend(t.keys().filter(|k| !l.contains_key(*k)));
+    for k in keys {
+        match k.as_str() {
+            "status" => {}
+            "metadata" => {
+                for f in ["name", "namespace", "labels", "annotations"] {
+                    let (a, b) = (live.metadata().get(f), target.metadata().get(f));
+                    at(&format!("metadata.{f}"), a, b, &mut out);
+                }
+            }
+            "data" if secret => match (
+                l.get(k).and_then(Value::as_object),
+                t.get(k).and_then(Value::as_object),
+            ) {
+                (Some(a), Some(b)) => {
+                    // Kubernetes stores an empty byte string as null: "" equals null here.
+                    fn norm(v: Option<&Value>) -> Option<&Value> {
+                        match v {
+                            Some(Value::String(s)) if s.is_empty() => None,
+                            other => other,
+                        }
+                    }
+                    let mut dk: Vec<&String> = a.keys().collect();
+                    dk.extend(b.keys().filter(|x| !a.contains_key(*x)));
+                    for d in dk {
+                        at(
+                            &format!("data.{d}"),
+                            norm(a.get(d)),
+                            norm(b.get(d)),
+                            &mut out,
+                        );
+                    }
+                }
+                _ => at(k, l.get(k), t.get(k), &mut out),
+            },
+            _ => at(k, l.get(k), t.get(k), &mut out),
+        }
+    }
+    if secret {
         for c in &mut out {
             if c.path.starts_with("data") || c.path.starts_with("stringData") {
                 c.live = c.live.as_ref().map(mask_value);

@@ -503,12 +503,7 @@ impl App {
                 allow_empty: self.cfg.sync.allow_empty,
             },
             dry_run,
-            // Full passes read the inventory afresh; change-feed passes trust the last copy.
-            inventory: if scope.is_some() {
-                self.inventory.as_ref()
-            } else {
-                None
-            },
+            inventory: self.inventory.as_ref(),
         };
         let outcome = {
             let _claim = self.claim.lock().await;

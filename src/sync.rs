@@ -105,28 +105,29 @@ impl Inventory {
         Object::reserved(INVENTORY_KIND, &self.app, body)
     }
 
-    /// Reads a record back.
+    /// Reads a record back, taking it apart (no copy of the entries).
     ///
     /// # Errors
     ///
     /// [`Error::Inventory`] when an entry is not an object.
-    pub fn from_record(app: &str, obj: &Object) -> Result<Self> {
-        let spec = obj.get("spec");
+    pub fn from_record(app: &str, obj: Object) -> Result<Self> {
+        let resource_version = obj.resource_version();
+        let mut map = Value::from(obj);
+        let spec = map.get_mut("spec").map(Value::take).unwrap_or(Value::Null);
         let revision = spec
-            .and_then(|s| s.get("revision"))
+            .get("revision")
             .and_then(Value::as_str)
             .map(|s| Revision(s.to_string()));
         let source = spec
-            .and_then(|s| s.get("source"))
+            .get("source")
             .and_then(Value::as_str)
             .map(str::to_string);
         let mut entries = BTreeMap::new();
-        if let Some(list) = spec
-            .and_then(|s| s.get("entries"))
-            .and_then(Value::as_array)
+        if let Value::Object(mut spec) = spec
+            && let Some(Value::Array(list)) = spec.remove("entries")
         {
             for v in list {
-                let o = Object::from_value(v.clone()).map_err(|e| Error::Inventory {
+                let o = Object::from_value(v).map_err(|e| Error::Inventory {
                     app: app.to_string(),
                     source: Box::new(e),
                 })?;
@@ -138,7 +139,7 @@ impl Inventory {
             revision,
             source,
             entries,
-            resource_version: obj.resource_version(),
+            resource_version,
         })
     }
 
@@ -153,7 +154,7 @@ impl Inventory {
             .await
             .map_err(Error::Store)?
         {
-            Some(obj) => Self::from_record(app, &obj),
+            Some(obj) => Self::from_record(app, obj),
             None => Ok(Self {
                 app: app.to_string(),
                 ..Self::default()
@@ -181,7 +182,7 @@ pub async fn other_owners(store: &dyn Store, except: &str) -> Result<BTreeMap<Ob
         if key.name == except {
             continue;
         }
-        let inv = Inventory::from_record(&key.name, &obj)?;
+        let inv = Inventory::from_record(&key.name, obj)?;
         for k in inv.entries.into_keys() {
             owners.entry(k).or_insert_with(|| key.name.clone());
         }
@@ -208,8 +209,9 @@ pub struct Request<'a> {
     /// Plan only; write nothing.
     pub dry_run: bool,
     /// The app's inventory as the caller last saw it, to save reading (and parsing) it again.
-    /// A stale copy is caught by the inventory's compare-and-swap when it is written, and the
-    /// retry reads it fresh; `None` reads it from the store.
+    /// A full sync uses it only when its resourceVersion is still the stored one; a scoped sync
+    /// trusts it (a stale copy is caught by the inventory's compare-and-swap if it is written,
+    /// and the retry reads it fresh). `None` reads it from the store.
     pub inventory: Option<&'a Inventory>,
 }
 
@@ -262,14 +264,27 @@ pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
 async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> Result<Outcome> {
     // The caller's copy on the first attempt; after a conflict, the store's.
     let loaded;
-    let inventory = match req.inventory {
-        Some(inv) if attempt == 0 => inv,
-        _ => {
+    let cached = match req.inventory {
+        // A change-feed pass trusts the copy; a full pass checks that it is current, which
+        // costs a version lookup instead of reading and parsing the whole record.
+        Some(inv) if attempt == 0 && req.scope.is_some() => Some(inv),
+        Some(inv) if attempt == 0 => {
+            let stored = store
+                .version_of(&Inventory::record_key(req.app))
+                .await
+                .map_err(Error::Store)?;
+            (stored == inv.resource_version).then_some(inv)
+        }
+        _ => None,
+    };
+    let fresh = cached.is_none();
+    let inventory = match cached {
+        Some(inv) => inv,
+        None => {
             loaded = Inventory::load(store, req.app).await?;
             &loaded
         }
     };
-    let fresh = req.inventory.is_none() || attempt > 0;
     let mut desired: BTreeMap<&ObjectKey, &Object> = match req.scope {
         Some(scope) => scope
             .iter()
@@ -540,6 +555,9 @@ mod tests {
             async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
                 self.inner.get(k).await
             }
+            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
+                self.inner.version_of(k).await
+            }
             async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
                 self.inner.get_many(k).await
             }
@@ -578,6 +596,39 @@ mod tests {
         assert_eq!(out.retries, 1);
         let live = store.get(&cm("a", "").key()).await.unwrap().unwrap();
         assert_eq!(live.get("data"), Some(&json!({"v": "git"})));
+    }
+
+    #[tokio::test]
+    async fn a_full_sync_notices_that_its_cached_inventory_is_stale() {
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        let desired = set(&[cm("a", "1"), cm("b", "1")]);
+        let first = sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        let cached = first.inventory.unwrap();
+        // Another process (a `driftless sync`, say) drops `b` and records it.
+        let only_a = set(&[cm("a", "1")]);
+        sync(&store, &req("app", &rev, &only_a)).await.unwrap();
+        assert!(store.get(&cm("b", "").key()).await.unwrap().is_none());
+        // A full pass with the stale copy must not believe `b` is still owned and declared
+        // nowhere... it reads the current record (which no longer lists b) instead.
+        let out = sync(
+            &store,
+            &Request {
+                inventory: Some(&cached),
+                ..req("app", &rev, &only_a)
+            },
+        )
+        .await
+        .unwrap();
+        let inv = out.inventory.expect("read fresh, so returned");
+        assert!(!inv.entries.contains_key(&cm("b", "").key()));
+        assert_eq!(
+            inv.resource_version,
+            Inventory::load(&store, "app")
+                .await
+                .unwrap()
+                .resource_version
+        );
     }
 
     #[tokio::test]

@@ -219,6 +219,13 @@ async fn listing_selects_by_group_kind_and_namespace_and_hides_reserved_records(
         assert_eq!(reserved.objects.len(), 1);
         let many = s.get_many(&[key("a"), key("missing")]).await.unwrap();
         assert_eq!(many.objects.len(), 1);
+        assert_eq!(
+            s.version_of(&key("a")).await.unwrap(),
+            Some(1),
+            "{}",
+            s.backend()
+        );
+        assert_eq!(s.version_of(&key("missing")).await.unwrap(), None);
     }
 }
 

@@ -70,6 +70,14 @@ impl Store for MemoryStore {
         Ok(self.lock()?.objects.get(key).cloned())
     }
 
+    async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        Ok(self
+            .lock()?
+            .objects
+            .get(key)
+            .and_then(Object::resource_version))
+    }
+
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
         let inner = self.lock()?;
         let objects = keys

@@ -232,6 +232,14 @@ pub trait Store: Send + Sync + 'static {
     /// [`Error::Backend`] or [`Error::Corrupt`].
     async fn get(&self, key: &ObjectKey) -> Result<Option<Object>>;
 
+    /// The resourceVersion of the object under `key`, without reading its body (to check that
+    /// a cached copy is current). `None` when absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`].
+    async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>>;
+
     /// The objects under `keys` that exist, read at one revision.
     ///
     /// # Errors

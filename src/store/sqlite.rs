@@ -328,6 +328,24 @@ impl Store for SqliteStore {
         self.with_conn("get", move |c| read_one(c, &key)).await
     }
 
+    async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        let key = key.clone();
+        self.with_conn("version_of", move |c| {
+            c.prepare_cached(
+                "SELECT rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .optional()
+            })
+            .map(|rev| rev.map(|r| r as u64))
+            .map_err(backend("version_of"))
+        })
+        .await
+    }
+
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
         let keys = keys.to_vec();
         self.with_conn("get_many", move |c| {
