@@ -109,7 +109,7 @@ fn write_config(dir: &Path, repo: &Path) -> PathBuf {
     std::fs::write(
         &cfg,
         format!(
-            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
             repo.display()
         ),
     )

@@ -15,11 +15,15 @@ use tracing::Instrument;
 use crate::config::{self, Loaded};
 use crate::diff;
 use crate::manifest::{self, Diagnostic};
+use crate::metrics::Metrics;
 use crate::object::{self, Object, ObjectKey};
 use crate::reconcile::{Agent, App, Trigger};
+use crate::report;
+use crate::server::{self, AppRoute, ServerState, WebhookSecrets};
 use crate::source::GitCache;
 use crate::status::{self, SyncStatus};
 use crate::store::{Precondition, Selector, Store, Write, sqlite::SqliteStore};
+use secrecy::SecretString;
 
 /// driftless: a GitOps sync agent. Applies declarations from Git to a store, reverts drift,
 /// and reports what is true.
@@ -159,6 +163,8 @@ pub enum StoreCommand {
 /// Parses the command line, runs the command and returns its exit status. Errors print their
 /// chain to standard error and exit 2.
 pub fn main() -> ExitCode {
+    // One TLS stack for HTTP clients: rustls with ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Like other Unix tools, end quietly when the reader of standard output goes away
     // (`driftless store list | head`) instead of failing on the broken pipe.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
@@ -286,16 +292,143 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     if cfg.config.apps.is_empty() {
         tracing::warn!(config = %cfg.path.display(), "No apps configured");
     }
-    let agent = Agent::new(store, git, cfg.config.apps.clone()).await?;
+    let metrics = Arc::new(Metrics::new());
+    let queue = report::Queue::default();
+    let apps = load_apps(&cfg, &store, &git, None, false, Some(&metrics), &queue).await?;
+    let server = &cfg.config.server;
+    let state_parts = server_secrets(&cfg)?;
+    let listener = tokio::net::TcpListener::bind(server.listen.value.as_str())
+        .await
+        .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
+    let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
-    tracing::info!(config = %cfg.path.display(), apps = cfg.config.apps.len(), "Agent started");
-    let (_handle, join) = agent.spawn(rx);
+    let (handle, join) = Agent::new(store.clone(), apps).spawn(rx.clone());
+    let state = ServerState {
+        store,
+        handle,
+        metrics: metrics.clone(),
+        token: state_parts.0,
+        webhooks: state_parts.1,
+        apps: Arc::new(
+            cfg.config
+                .apps
+                .iter()
+                .map(|a| AppRoute {
+                    name: a.name.value.clone(),
+                    repo: a.source.repo.value.clone(),
+                    reference: a.source.reference.clone(),
+                })
+                .collect(),
+        ),
+    };
+    let mut stop_server = rx.clone();
+    let http = tokio::spawn(
+        async move {
+            let served = axum::serve(listener, server::router(state))
+                .with_graceful_shutdown(async move {
+                    let _ = stop_server.changed().await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }
+        .instrument(tracing::info_span!("http_server")),
+    );
+    let writer = tokio::spawn(
+        report::Writer::new(queue, Some(metrics))
+            .run(rx, std::time::Duration::from_secs(10))
+            .instrument(tracing::info_span!("commit_status_writer")),
+    );
+    tracing::info!(config = %cfg.path.display(), apps = cfg.config.apps.len(), %addr, "Agent started; HTTP server listening");
     wait_for_signal().await?;
     tracing::info!("Stopping");
     let _ = tx.send(true);
     join.await.context("agent task failed")?;
+    writer.await.context("commit status writer failed")?;
+    http.await.context("HTTP server task failed")?;
     tracing::info!("Stopped cleanly");
     Ok(0)
+}
+
+/// The secrets of the server section: the sync endpoint's token and the webhook secrets.
+fn server_secrets(cfg: &Loaded) -> anyhow::Result<(Option<SecretString>, WebhookSecrets)> {
+    let server = &cfg.config.server;
+    let read =
+        |s: &Option<config::WebhookConfig>, field: &str| -> anyhow::Result<Option<SecretString>> {
+            Ok(match s {
+                Some(h) => Some(config::read_secret(&cfg.path, &h.secret, field)?),
+                None => None,
+            })
+        };
+    let token = match &server.token {
+        Some(t) => Some(config::read_secret(&cfg.path, t, "server.token")?),
+        None => None,
+    };
+    let hooks = WebhookSecrets {
+        github: read(&server.webhooks.github, "server.webhooks.github.secret")?,
+        gitea: read(&server.webhooks.gitea, "server.webhooks.gitea.secret")?,
+        gitlab: read(&server.webhooks.gitlab, "server.webhooks.gitlab.secret")?,
+    };
+    Ok((token, hooks))
+}
+
+/// Loads the selected apps (all when `only` is `None`) with their reporters and metrics.
+/// Reading a status token that is not there is an error naming its config key.
+async fn load_apps(
+    cfg: &Loaded,
+    store: &Arc<dyn Store>,
+    git: &GitCache,
+    only: Option<&str>,
+    dry_run: bool,
+    metrics: Option<&Arc<Metrics>>,
+    queue: &report::Queue,
+) -> anyhow::Result<Vec<App>> {
+    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let external_url = cfg
+        .config
+        .server
+        .external_url
+        .as_ref()
+        .map(|u| u.value.clone());
+    let mut apps = Vec::new();
+    for app_cfg in selected_apps(cfg, only)? {
+        let index = cfg
+            .config
+            .apps
+            .iter()
+            .position(|a| a.name.value == app_cfg.name.value)
+            .unwrap_or(0);
+        let span = tracing::info_span!("app", app = %app_cfg.name.value);
+        let status = app_cfg.status.clone();
+        let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
+            .instrument(span)
+            .await?;
+        if let Some(st) = status
+            && !dry_run
+        {
+            let token =
+                config::read_secret(&cfg.path, &st.token, &format!("apps[{index}].status.token"))?;
+            let provider = report::HttpProvider::new(
+                st.provider,
+                st.api_url.as_ref().map(|u| u.value.as_str()),
+                &st.repository.value,
+                token,
+                st.username.clone(),
+            )
+            .context("cannot build the HTTP client")?;
+            app = app.with_reporter(report::Reporter::new(
+                Arc::new(provider),
+                external_url.clone(),
+                queue.clone(),
+            ));
+        }
+        if let Some(m) = metrics {
+            app = app.with_metrics(m.clone());
+        }
+        apps.push(app);
+    }
+    Ok(apps)
 }
 
 /// Takes the store's agent lock (`<store file>.agent.lock`, an advisory lock the kernel drops
@@ -352,13 +485,11 @@ fn selected_apps(cfg: &Loaded, app: Option<&str>) -> anyhow::Result<Vec<config::
 async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result<u8> {
     let store = open_store(&cfg)?;
     let git = GitCache::new(&cfg.config.cache_dir);
-    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let queue = report::Queue::default();
+    let apps = load_apps(&cfg, &store, &git, app.as_deref(), dry_run, None, &queue).await?;
     let mut all_synced = true;
-    for app_cfg in selected_apps(&cfg, app.as_deref())? {
-        let span = tracing::info_span!("app", app = %app_cfg.name.value);
-        let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
-            .instrument(span.clone())
-            .await?;
+    for mut app in apps {
+        let span = tracing::info_span!("app", app = %app.name());
         let (_, report) = app.reconcile(Trigger::Fetch).instrument(span).await;
         let st = app.status();
         if dry_run {
@@ -399,6 +530,18 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
             st.sync == SyncStatus::Synced
         };
         all_synced &= synced;
+    }
+    // Commit statuses go out before the process ends (bounded: a dead Git host must not hang
+    // a CI job).
+    if !queue.is_empty() {
+        let mut writer = report::Writer::new(queue, None);
+        if tokio::time::timeout(std::time::Duration::from_secs(60), writer.flush())
+            .instrument(tracing::info_span!("commit_status_writer"))
+            .await
+            .is_err()
+        {
+            eprintln!("warning: not every commit status was posted within 60 s");
+        }
     }
     Ok(if all_synced { 0 } else { 1 })
 }

@@ -65,6 +65,9 @@ pub struct Config {
     /// Folder for the bare repository caches. Default `.driftless`.
     #[serde(default = "default_cache_dir")]
     pub cache_dir: PathBuf,
+    /// The HTTP server of `driftless run`: health, metrics, the JSON API, webhooks.
+    #[serde(default)]
+    pub server: ServerConfig,
     /// The apps to reconcile.
     #[serde(default)]
     pub apps: Vec<AppConfig>,
@@ -125,6 +128,137 @@ pub struct AppConfig {
     /// How they are applied.
     #[serde(default)]
     pub sync: SyncConfig,
+    /// Where to report commit statuses (none when left out).
+    #[serde(default)]
+    pub status: Option<StatusConfig>,
+}
+
+/// Where a secret comes from: `{env: NAME}` (an environment variable) or `{file: PATH}` (a
+/// file, relative to the config file's folder; one trailing newline is dropped). Secrets are
+/// read when the agent starts and held in `secrecy` types, never logged.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    /// Name of an environment variable.
+    pub env: Option<String>,
+    /// Path of a file.
+    pub file: Option<PathBuf>,
+}
+
+/// `server:`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServerConfig {
+    /// Address to listen on, `host:port`. Default `127.0.0.1:7777`; port 0 picks a free port
+    /// (logged at start).
+    #[serde(default = "default_listen")]
+    pub listen: Spanned<String>,
+    /// Base of the links in commit statuses (`<externalUrl>/apps/<app>`), e.g.
+    /// `https://driftless.example.com`. No links when left out.
+    #[serde(default)]
+    pub external_url: Option<Spanned<String>>,
+    /// Bearer token for `POST /api/v1/apps/{name}/sync`. Without it that endpoint answers 401.
+    #[serde(default)]
+    pub token: Option<Spanned<SecretRef>>,
+    /// Webhook secrets per Git host; a host without one has no webhook endpoint (404).
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            external_url: None,
+            token: None,
+            webhooks: WebhooksConfig::default(),
+        }
+    }
+}
+
+fn default_listen() -> Spanned<String> {
+    unspanned("127.0.0.1:7777".to_string())
+}
+
+/// `server.webhooks:`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhooksConfig {
+    /// `POST /webhooks/github`: HMAC-SHA256 signatures (`X-Hub-Signature-256`).
+    #[serde(default)]
+    pub github: Option<WebhookConfig>,
+    /// `POST /webhooks/gitea`: HMAC-SHA256 signatures (`X-Gitea-Signature`).
+    #[serde(default)]
+    pub gitea: Option<WebhookConfig>,
+    /// `POST /webhooks/gitlab`: a shared token (`X-Gitlab-Token`).
+    #[serde(default)]
+    pub gitlab: Option<WebhookConfig>,
+}
+
+/// One Git host's webhook.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookConfig {
+    /// The secret configured on the Git host's webhook.
+    pub secret: Spanned<SecretRef>,
+}
+
+/// Commit-status providers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// GitHub and GitHub Enterprise.
+    Github,
+    /// GitLab (gitlab.com or self-managed).
+    Gitlab,
+    /// Gitea and Forgejo.
+    Gitea,
+    /// Bitbucket Cloud.
+    Bitbucket,
+}
+
+impl Provider {
+    /// Lowercase name, as in the config and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Github => "github",
+            Provider::Gitlab => "gitlab",
+            Provider::Gitea => "gitea",
+            Provider::Bitbucket => "bitbucket",
+        }
+    }
+
+    /// The API base used when `apiUrl` is left out (`None` for Gitea, which has no public
+    /// default).
+    pub fn default_api_url(self) -> Option<&'static str> {
+        match self {
+            Provider::Github => Some("https://api.github.com"),
+            Provider::Gitlab => Some("https://gitlab.com"),
+            Provider::Gitea => None,
+            Provider::Bitbucket => Some("https://api.bitbucket.org"),
+        }
+    }
+}
+
+/// `apps[].status:`: commit statuses on the Git host.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StatusConfig {
+    /// `github`, `gitlab`, `gitea` or `bitbucket`.
+    pub provider: Provider,
+    /// The base the provider's documented paths go after: GitHub `https://api.github.com`
+    /// (Enterprise: `https://HOST/api/v3`); GitLab and Gitea the server root (driftless adds
+    /// `/api/v4` or `/api/v1`); Bitbucket `https://api.bitbucket.org` (driftless adds `/2.0`).
+    #[serde(default)]
+    pub api_url: Option<Spanned<String>>,
+    /// `owner/name` (Bitbucket: `workspace/repo`; GitLab: the project id or its path).
+    pub repository: Spanned<String>,
+    /// The API token.
+    pub token: Spanned<SecretRef>,
+    /// Bitbucket only: a username to send with the token as an app password (HTTP Basic);
+    /// without it the token is sent as a Bearer access token.
+    #[serde(default)]
+    pub username: Option<String>,
 }
 
 /// `apps[].source:`.
@@ -304,7 +438,28 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
     if let Some(s) = &mut config.store.sqlite {
         s.path = resolve(&s.path);
     }
+    let resolve_secret = |s: &mut Spanned<SecretRef>| {
+        if let Some(f) = &mut s.value.file {
+            *f = resolve(f);
+        }
+    };
+    if let Some(t) = &mut config.server.token {
+        resolve_secret(t);
+    }
+    for hook in [
+        &mut config.server.webhooks.github,
+        &mut config.server.webhooks.gitea,
+        &mut config.server.webhooks.gitlab,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        resolve_secret(&mut hook.secret);
+    }
     for app in &mut config.apps {
+        if let Some(st) = &mut app.status {
+            resolve_secret(&mut st.token);
+        }
         let repo = &mut app.source.repo.value;
         if !is_url(repo) {
             let p = resolve(Path::new(repo.as_str()));
@@ -382,6 +537,9 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 "must be at least 1s".into(),
             ));
         }
+        if let Some(st) = &app.status {
+            validate_status(st, i, &invalid)?;
+        }
         let ns = &app.target.namespace;
         if let Some(problem) = dns1123_label_error(&ns.value) {
             return Err(invalid(
@@ -391,7 +549,160 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             ));
         }
     }
+    validate_server(&config.server, &invalid)?;
     Ok(())
+}
+
+type Invalid<'a> = &'a dyn Fn(&serde_saphyr::Location, String, String) -> Error;
+
+fn validate_secret(
+    secret: &Spanned<SecretRef>,
+    field: &str,
+    invalid: Invalid<'_>,
+) -> Result<(), Error> {
+    match (&secret.value.env, &secret.value.file) {
+        (Some(e), None) if !e.is_empty() => Ok(()),
+        (None, Some(_)) => Ok(()),
+        _ => Err(invalid(
+            &secret.referenced,
+            field.to_string(),
+            "give exactly one of `env: NAME` or `file: PATH`".into(),
+        )),
+    }
+}
+
+fn validate_url(url: &Spanned<String>, field: &str, invalid: Invalid<'_>) -> Result<(), Error> {
+    let v = url.value.trim();
+    let ok = (v.starts_with("http://") || v.starts_with("https://"))
+        && v.split("://")
+            .nth(1)
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            &url.referenced,
+            field.to_string(),
+            format!("`{v}` is not an http(s) URL"),
+        ))
+    }
+}
+
+fn validate_status(st: &StatusConfig, i: usize, invalid: Invalid<'_>) -> Result<(), Error> {
+    let field = |f: &str| format!("apps[{i}].status.{f}");
+    validate_secret(&st.token, &field("token"), invalid)?;
+    match &st.api_url {
+        Some(u) => validate_url(u, &field("apiUrl"), invalid)?,
+        None if st.provider.default_api_url().is_none() => {
+            return Err(invalid(
+                &st.repository.referenced,
+                field("apiUrl"),
+                format!(
+                    "{} needs `apiUrl`: the server's root URL",
+                    st.provider.name()
+                ),
+            ));
+        }
+        None => {}
+    }
+    let repo = st.repository.value.trim();
+    let parts: Vec<&str> = repo.split('/').collect();
+    let ok = match st.provider {
+        // GitLab: a numeric id, or a path of groups and the project.
+        Provider::Gitlab => {
+            !repo.is_empty()
+                && (repo.chars().all(|c| c.is_ascii_digit()) || parts.len() >= 2)
+                && parts.iter().all(|p| !p.is_empty())
+        }
+        _ => parts.len() == 2 && parts.iter().all(|p| !p.is_empty()),
+    };
+    if !ok {
+        let want = match st.provider {
+            Provider::Gitlab => "the project id or its path (`group/project`)",
+            Provider::Bitbucket => "`workspace/repo`",
+            _ => "`owner/name`",
+        };
+        return Err(invalid(
+            &st.repository.referenced,
+            field("repository"),
+            format!("`{repo}` should be {want}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_server(server: &ServerConfig, invalid: Invalid<'_>) -> Result<(), Error> {
+    if server.listen.value.parse::<std::net::SocketAddr>().is_err() {
+        return Err(invalid(
+            &server.listen.referenced,
+            "server.listen".into(),
+            format!(
+                "`{}` is not `host:port` with an IP address (e.g. `127.0.0.1:7777`, `0.0.0.0:7777`)",
+                server.listen.value
+            ),
+        ));
+    }
+    if let Some(u) = &server.external_url {
+        validate_url(u, "server.externalUrl", invalid)?;
+    }
+    if let Some(t) = &server.token {
+        validate_secret(t, "server.token", invalid)?;
+    }
+    for (name, hook) in [
+        ("github", &server.webhooks.github),
+        ("gitea", &server.webhooks.gitea),
+        ("gitlab", &server.webhooks.gitlab),
+    ] {
+        if let Some(h) = hook {
+            validate_secret(
+                &h.secret,
+                &format!("server.webhooks.{name}.secret"),
+                invalid,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads a secret: the environment variable or the file it names. `field` names the key for
+/// the error (`server.token`, `apps[0].status.token`).
+///
+/// # Errors
+///
+/// [`Error::Invalid`] when the variable is unset or empty, or the file cannot be read or is
+/// empty; the message never contains the secret.
+pub fn read_secret(
+    path: &Path,
+    secret: &Spanned<SecretRef>,
+    field: &str,
+) -> Result<secrecy::SecretString, Error> {
+    let fail = |message: String| Error::Invalid {
+        path: path.to_path_buf(),
+        line: secret.referenced.line().max(1),
+        column: secret.referenced.column().max(1),
+        field: field.to_string(),
+        message,
+    };
+    let value = match (&secret.value.env, &secret.value.file) {
+        (Some(name), _) => std::env::var(name)
+            .map_err(|_| fail(format!("the environment variable `{name}` is not set")))?,
+        (None, Some(file)) => {
+            let mut text = std::fs::read_to_string(file)
+                .map_err(|e| fail(format!("cannot read {}: {e}", file.display())))?;
+            if text.ends_with('\n') {
+                text.pop();
+                if text.ends_with('\r') {
+                    text.pop();
+                }
+            }
+            text
+        }
+        (None, None) => return Err(fail("give `env: NAME` or `file: PATH`".into())),
+    };
+    if value.is_empty() {
+        return Err(fail("the secret is empty".into()));
+    }
+    Ok(secrecy::SecretString::from(value))
 }
 
 #[cfg(test)]
@@ -462,6 +773,84 @@ mod tests {
             err.starts_with("/etc/driftless/driftless.yaml:4:17:"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn server_and_status_sections_parse_with_defaults() {
+        let c = parse_str("server:\n  externalUrl: https://drift.example.com\n  token: {env: DL_TOKEN}\n  webhooks:\n    github: {secret: {file: hook.secret}}\napps:\n- name: a\n  source: {repo: x}\n  status:\n    provider: github\n    repository: acme/web\n    token: {env: GH}\n").unwrap();
+        assert_eq!(c.config.server.listen.value, "127.0.0.1:7777");
+        let hook = c.config.server.webhooks.github.as_ref().unwrap();
+        assert_eq!(
+            hook.secret.value.file.as_deref(),
+            Some(Path::new("/etc/driftless/hook.secret"))
+        );
+        let st = c.config.apps[0].status.as_ref().unwrap();
+        assert_eq!(st.provider, Provider::Github);
+        assert!(st.api_url.is_none());
+        let none = parse_str("apps: []\n").unwrap();
+        assert!(none.config.server.token.is_none());
+    }
+
+    #[test]
+    fn bad_server_and_status_values_name_their_field() {
+        let both = parse_str("server:\n  token: {env: A, file: b}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("server.token: give exactly one of"), "{both}");
+        let listen = parse_str("server: {listen: localhost}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(listen.contains("1:18: server.listen:"), "{listen}");
+        let url = parse_str("server: {externalUrl: drift.example.com}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            url.contains("server.externalUrl: `drift.example.com` is not an http(s) URL"),
+            "{url}"
+        );
+        let gitea = parse_str("apps:\n- name: a\n  source: {repo: x}\n  status: {provider: gitea, repository: o/r, token: {env: T}}\n").unwrap_err().to_string();
+        assert!(
+            gitea.contains("apps[0].status.apiUrl: gitea needs `apiUrl`"),
+            "{gitea}"
+        );
+        let repo = parse_str("apps:\n- name: a\n  source: {repo: x}\n  status: {provider: github, repository: justname, token: {env: T}}\n").unwrap_err().to_string();
+        assert!(
+            repo.contains("apps[0].status.repository: `justname` should be `owner/name`"),
+            "{repo}"
+        );
+        let provider = parse_str("apps:\n- name: a\n  source: {repo: x}\n  status: {provider: gitee, repository: o/r, token: {env: T}}\n").unwrap_err().to_string();
+        assert!(
+            provider.contains("4:22: unknown variant `gitee`"),
+            "{provider}"
+        );
+    }
+
+    #[test]
+    fn secrets_come_from_env_or_file_and_errors_never_show_them() {
+        use secrecy::ExposeSecret;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tok"), "s3cret\n").unwrap();
+        let cfg_path = dir.path().join("driftless.yaml");
+        let c = parse(&cfg_path, "server:\n  token: {file: tok}\n").unwrap();
+        let t = c.config.server.token.as_ref().unwrap();
+        assert_eq!(
+            read_secret(&cfg_path, t, "server.token")
+                .unwrap()
+                .expose_secret(),
+            "s3cret"
+        );
+        let c = parse(
+            &cfg_path,
+            "server:\n  token: {env: DRIFTLESS_TEST_UNSET_VARIABLE}\n",
+        )
+        .unwrap();
+        let err = read_secret(
+            &cfg_path,
+            c.config.server.token.as_ref().unwrap(),
+            "server.token",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("2:10: server.token: the environment variable `DRIFTLESS_TEST_UNSET_VARIABLE` is not set"), "{err}");
     }
 
     #[test]

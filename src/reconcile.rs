@@ -181,6 +181,9 @@ pub struct App {
     written: Option<AppStatus>,
     backoff: Backoff,
     source_message: Option<String>,
+    /// Commit statuses, when the app has a `status` section.
+    reporter: Option<crate::report::Reporter>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl App {
@@ -246,7 +249,21 @@ impl App {
             written,
             backoff: Backoff::default(),
             source_message: None,
+            reporter: None,
+            metrics: None,
         })
+    }
+
+    /// Reports commit statuses through `reporter`.
+    pub fn with_reporter(mut self, reporter: crate::report::Reporter) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    /// Records metrics in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The app's name.
@@ -268,6 +285,7 @@ impl App {
     /// Runs one reconcile and returns the delay before the next poll (the interval, or a
     /// backoff delay after a failure). Never fails: failures are recorded in the status.
     pub async fn reconcile(&mut self, trigger: Trigger) -> (Duration, Report) {
+        let started = std::time::Instant::now();
         let mut report = Report::default();
         let fetch = trigger == Trigger::Fetch;
         let scope = match trigger {
@@ -283,7 +301,15 @@ impl App {
         }
         self.compute_status();
         if !self.dry_run {
+            self.report_commit_statuses(false);
             self.write_status().await;
+        }
+        if let Some(m) = &self.metrics {
+            m.reconcile_duration(self.name(), started.elapsed().as_secs_f64());
+            m.observe_status(&self.status);
+            if report.drift_reverted > 0 {
+                m.drift_reverted(self.name(), report.drift_reverted as u64);
+            }
         }
         let delay = if failed {
             let d = self.backoff.fail();
@@ -310,11 +336,19 @@ impl App {
     /// commit will not parse better).
     async fn fetch_and_parse(&mut self, report: &mut Report) -> Result<(), ()> {
         let repo = self.cfg.source.repo.value.clone();
-        let fetched = match self
+        let fetch_started = std::time::Instant::now();
+        let fetched = self
             .git
             .fetch(&repo, self.cfg.source.reference.as_deref())
-            .await
-        {
+            .await;
+        if let Some(m) = &self.metrics {
+            m.fetch(
+                self.name(),
+                fetch_started.elapsed().as_secs_f64(),
+                fetched.is_err(),
+            );
+        }
+        let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
                 let reason = match &e {
@@ -475,6 +509,7 @@ impl App {
                 &store::now_rfc3339(),
             );
             self.status.last_attempted_revision = self.last_attempted.as_ref().map(|r| r.0.clone());
+            self.report_commit_statuses(true);
             self.write_status().await;
         }
         Ok(())
@@ -835,6 +870,56 @@ impl App {
         }
     }
 
+    /// Hands the commit statuses the state calls for to the reporter (which queues only
+    /// changes; the writer posts them beside the loop). `applying`: the revision in force is
+    /// about to be applied.
+    fn report_commit_statuses(&mut self, applying: bool) {
+        let Some(reporter) = &mut self.reporter else {
+            return;
+        };
+        let in_force_error = match &self.problem {
+            Some(Problem::Source { message, .. }) => Some(format!("source unavailable: {message}")),
+            _ => None,
+        }
+        .or_else(|| {
+            self.sync_error
+                .as_ref()
+                .map(|e| format!("cannot apply: {e}"))
+        })
+        .or_else(|| {
+            self.conflicts
+                .iter()
+                .next()
+                .map(|(key, owner)| format!("cannot apply: {key} is also declared by app {owner}"))
+        });
+        let rejected = match &self.problem {
+            Some(Problem::Invalid { message, .. }) => Some(message.clone()),
+            Some(Problem::Blocked { message }) => Some(format!("not applied: {message}")),
+            _ => None,
+        };
+        let attempted = self.last_attempted.as_ref().map(|r| r.0.as_str());
+        let resources = self.resources.values();
+        let out_of_sync = resources
+            .clone()
+            .filter(|r| r.sync != SyncStatus::Synced)
+            .count();
+        let not_ready = resources
+            .filter(|r| !matches!(r.health, Health::Healthy | Health::Suspended))
+            .count();
+        let facts = crate::report::Facts {
+            app: &self.cfg.name.value,
+            in_force: self.in_force.as_ref().map(|f| f.revision.0.as_str()),
+            objects: self.in_force.as_ref().map_or(0, |f| f.desired.len()),
+            applying,
+            in_force_error,
+            out_of_sync: if applying { 0 } else { out_of_sync },
+            not_ready: if applying { 0 } else { not_ready },
+            health: self.status.health,
+            rejected: attempted.zip(rejected),
+        };
+        reporter.observe(&facts);
+    }
+
     /// Writes the status record when it differs from what was last written. The per-object
     /// list is compared only when it changed (it is the large part).
     async fn write_status(&mut self) {
@@ -902,10 +987,42 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// A handle to ask an app for an immediate reconcile.
+/// Which apps have finished their first reconcile (for `/readyz`).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    waiting: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Readiness {
+    fn new(apps: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            waiting: std::sync::Mutex::new(apps.into_iter().collect()),
+        }
+    }
+
+    fn done(&self, app: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(app);
+    }
+
+    /// The apps whose first reconcile has not finished, by name.
+    pub fn waiting(&self) -> Vec<String> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// A handle on a running agent: manual triggers and readiness.
 #[derive(Clone, Debug)]
 pub struct Handle {
     triggers: HashMap<String, mpsc::Sender<()>>,
+    readiness: Arc<Readiness>,
 }
 
 impl Handle {
@@ -919,6 +1036,11 @@ impl Handle {
             None => false,
         }
     }
+
+    /// Which apps have finished their first reconcile.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
 }
 
 /// The running agent: one loop per app, one store watch feeding them.
@@ -928,25 +1050,10 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Loads every app's state.
-    ///
-    /// # Errors
-    ///
-    /// As [`App::load`].
-    pub async fn new(
-        store: Arc<dyn Store>,
-        git: GitCache,
-        apps: Vec<AppConfig>,
-    ) -> Result<Self, Error> {
-        let claim = Arc::new(Mutex::new(()));
-        let mut loaded = Vec::new();
-        for cfg in apps {
-            loaded.push(App::load(cfg, store.clone(), git.clone(), claim.clone(), false).await?);
-        }
-        Ok(Self {
-            store,
-            apps: loaded,
-        })
+    /// An agent running these apps (loaded with [`App::load`], which all share one claim lock)
+    /// against `store`.
+    pub fn new(store: Arc<dyn Store>, apps: Vec<App>) -> Self {
+        Self { store, apps }
     }
 
     /// Starts the agent: watches the store and runs each app's loop until `shutdown` becomes
@@ -956,6 +1063,9 @@ impl Agent {
         let (events, _) = broadcast::channel::<WatchItem>(4096);
         let mut triggers = HashMap::new();
         let mut loops = Vec::new();
+        let readiness = Arc::new(Readiness::new(
+            self.apps.iter().map(|a| a.name().to_string()),
+        ));
         for app in self.apps {
             let (tx, rx) = mpsc::channel(8);
             triggers.insert(app.name().to_string(), tx);
@@ -964,6 +1074,7 @@ impl Agent {
                 events: events.subscribe(),
                 manual: rx,
                 shutdown: shutdown.clone(),
+                readiness: readiness.clone(),
             });
         }
         let store = self.store;
@@ -997,7 +1108,13 @@ impl Agent {
             let _ = watcher.await;
         };
         let join = tokio::spawn(task.instrument(tracing::info_span!("agent")));
-        (Handle { triggers }, join)
+        (
+            Handle {
+                triggers,
+                readiness,
+            },
+            join,
+        )
     }
 }
 
@@ -1048,6 +1165,7 @@ struct AppLoop {
     events: broadcast::Receiver<WatchItem>,
     manual: mpsc::Receiver<()>,
     shutdown: watch::Receiver<bool>,
+    readiness: Arc<Readiness>,
 }
 
 impl AppLoop {
@@ -1073,6 +1191,7 @@ impl AppLoop {
             };
             let fetch = trigger == Trigger::Fetch;
             let (delay, _report) = self.app.reconcile(trigger).await;
+            self.readiness.done(self.app.name());
             if fetch || self.app.backoff.failing() {
                 next_fetch = Instant::now() + delay;
             }

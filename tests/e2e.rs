@@ -35,7 +35,7 @@ impl Env {
         repo.commit("first");
         let dir = tempfile::tempdir().unwrap();
         let config = format!(
-            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: demo\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n    sync:\n      prune: true\n{sync_yaml}",
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n    sync:\n      prune: true\n{sync_yaml}",
             repo.url()
         );
         std::fs::write(dir.path().join("driftless.yaml"), config).unwrap();
@@ -791,7 +791,7 @@ fn json_logs_are_one_object_per_line() {
 fn env_for(url: &str, path: &str) -> Env {
     let env = Env::new();
     let config = format!(
-        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: demo\n    source:\n      repo: {url}\n      path: {path}\n      interval: 1h\n"
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source:\n      repo: {url}\n      path: {path}\n      interval: 1h\n"
     );
     std::fs::write(env.config(), config).unwrap();
     env

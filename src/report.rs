@@ -1,0 +1,996 @@
+//! Commit statuses: what to post, de-duplication, and posting beside reconcile.
+//!
+//! Split the way linkerd's status controller is: a synchronous [`Reporter`] (one per app, owned
+//! by its reconcile loop) works out *what* each commit should show ([`derive`]), drops what it
+//! already asked for, and pushes the rest onto a [`Queue`]; an async [`Writer`] does the HTTP,
+//! with retries and the provider's limits. The queue keeps only the newest status per
+//! (provider, commit, context), so a slow or failing Git host never delays a sync and never
+//! receives stale states.
+//!
+//! States and descriptions follow DESIGN.md section 7: `pending` while a revision is applied
+//! or objects are not ready, `success` only when synced and healthy, `failure` when degraded,
+//! `error` when a revision cannot be parsed or applied or the source fails. Descriptions are
+//! cut to 140 characters and contexts to 255, on character boundaries.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::config::Provider;
+use crate::health::Health;
+use crate::metrics::Metrics;
+
+/// Longest description, in characters (GitHub's limit).
+pub const MAX_DESCRIPTION: usize = 140;
+/// Longest context, in characters (GitHub's limit).
+pub const MAX_CONTEXT: usize = 255;
+/// Longest Bitbucket build-status key, in characters.
+pub const MAX_BITBUCKET_KEY: usize = 40;
+
+/// A commit status, in GitHub's vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Being applied, or not ready yet.
+    Pending,
+    /// Synced and healthy.
+    Success,
+    /// Applied but degraded (or, later, past its deadline or stale).
+    Failure,
+    /// Cannot be parsed or applied, or the source fails.
+    Error,
+}
+
+/// One status to show on one commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitStatus {
+    /// The commit id.
+    pub sha: String,
+    /// `driftless/<app>`, at most 255 characters.
+    pub context: String,
+    /// The state.
+    pub state: State,
+    /// What is true, at most 140 characters.
+    pub description: String,
+    /// `<externalUrl>/apps/<app>`, when `server.externalUrl` is set.
+    pub target_url: Option<String>,
+}
+
+/// Cuts `s` to at most `max` characters (not bytes), ending with `…` when cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// What the reconcile knows about one app, enough to derive its commit statuses.
+#[derive(Clone, Debug)]
+pub struct Facts<'a> {
+    /// The app.
+    pub app: &'a str,
+    /// The revision in force, if any.
+    pub in_force: Option<&'a str>,
+    /// How many objects it declares.
+    pub objects: usize,
+    /// True while the revision in force is being applied for the first time.
+    pub applying: bool,
+    /// Why the revision in force is not fully applied (source failing, store failing, an
+    /// ownership conflict), if so.
+    pub in_force_error: Option<String>,
+    /// Declared objects that differ from Git.
+    pub out_of_sync: usize,
+    /// Objects not healthy (Progressing or Missing).
+    pub not_ready: usize,
+    /// The app's health.
+    pub health: Health,
+    /// A newer revision that was tried and not applied, and why.
+    pub rejected: Option<(&'a str, String)>,
+}
+
+/// The commit statuses an app's state calls for: one on the revision in force, and an `error`
+/// on a newer revision that could not be applied. Pure.
+pub fn derive(f: &Facts<'_>, external_url: Option<&str>) -> Vec<CommitStatus> {
+    let context = truncate_chars(&format!("driftless/{}", f.app), MAX_CONTEXT);
+    let target_url = external_url.map(|u| format!("{}/apps/{}", u.trim_end_matches('/'), f.app));
+    let status = |sha: &str, state: State, description: String| CommitStatus {
+        sha: sha.to_string(),
+        context: context.clone(),
+        state,
+        description: truncate_chars(&description, MAX_DESCRIPTION),
+        target_url: target_url.clone(),
+    };
+    let mut out = Vec::new();
+    if let Some(sha) = f.in_force {
+        let n = f.objects;
+        let (state, description) = if f.applying {
+            (State::Pending, format!("applying {n} objects"))
+        } else if let Some(e) = &f.in_force_error {
+            (State::Error, e.clone())
+        } else if f.health == Health::Degraded {
+            (State::Failure, format!("applied {n} objects, degraded"))
+        } else if f.out_of_sync > 0 {
+            (
+                State::Pending,
+                format!("{} of {n} objects differ from Git", f.out_of_sync),
+            )
+        } else if f.not_ready > 0 || f.health != Health::Healthy {
+            (
+                State::Pending,
+                format!("synced {n} objects, {} not ready", f.not_ready),
+            )
+        } else {
+            (State::Success, format!("synced {n} objects, healthy"))
+        };
+        out.push(status(sha, state, description));
+    }
+    if let Some((sha, why)) = &f.rejected
+        && Some(*sha) != f.in_force
+    {
+        out.push(status(sha, State::Error, why.clone()));
+    }
+    out
+}
+
+/// The key of a pending or posted status: (provider target, commit, context).
+type Key = (String, String, String);
+
+/// An update waiting to be posted.
+#[derive(Clone)]
+struct Update {
+    provider: Arc<dyn ProviderClient>,
+    status: CommitStatus,
+}
+
+#[derive(Default)]
+struct QueueInner {
+    order: VecDeque<Key>,
+    latest: HashMap<Key, Update>,
+}
+
+/// The channel between reporters and the writer: the newest update per key, in arrival order.
+#[derive(Clone, Default)]
+pub struct Queue {
+    inner: Arc<Mutex<QueueInner>>,
+    notify: Arc<Notify>,
+}
+
+impl Queue {
+    fn push(&self, u: Update) {
+        let key = (
+            u.provider.target(),
+            u.status.sha.clone(),
+            u.status.context.clone(),
+        );
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if q.latest.insert(key.clone(), u).is_none() {
+            q.order.push_back(key);
+        }
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    fn pop(&self) -> Option<(Key, Update)> {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(key) = q.order.pop_front() {
+            if let Some(u) = q.latest.remove(&key) {
+                return Some((key, u));
+            }
+        }
+        None
+    }
+
+    fn has(&self, key: &Key) -> bool {
+        let q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        q.latest.contains_key(key)
+    }
+
+    /// How many updates wait.
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .latest
+            .len()
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One app's reporter: derives its statuses and queues those it has not asked for yet.
+pub struct Reporter {
+    provider: Arc<dyn ProviderClient>,
+    external_url: Option<String>,
+    queue: Queue,
+    sent: HashMap<(String, String), (State, String)>,
+}
+
+impl Reporter {
+    /// A reporter posting through `provider` via `queue`.
+    pub fn new(
+        provider: Arc<dyn ProviderClient>,
+        external_url: Option<String>,
+        queue: Queue,
+    ) -> Self {
+        Self {
+            provider,
+            external_url,
+            queue,
+            sent: HashMap::new(),
+        }
+    }
+
+    /// Queues the statuses `facts` call for, except those already asked for with the same
+    /// state and description. Cheap and synchronous: it never waits on the Git host.
+    pub fn observe(&mut self, facts: &Facts<'_>) {
+        for s in derive(facts, self.external_url.as_deref()) {
+            let key = (s.sha.clone(), s.context.clone());
+            let value = (s.state, s.description.clone());
+            if self.sent.get(&key) == Some(&value) {
+                continue;
+            }
+            self.sent.insert(key, value);
+            self.queue.push(Update {
+                provider: self.provider.clone(),
+                status: s,
+            });
+        }
+    }
+}
+
+/// How a request to a provider failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// 5xx, 429, or a rate-limit 403: worth retrying, after `after` when the provider said
+    /// (`Retry-After`).
+    #[error("{provider} answered {status}; retrying")]
+    Retry {
+        /// The provider.
+        provider: &'static str,
+        /// The HTTP status, or 0 for a network error.
+        status: u16,
+        /// The provider's `Retry-After`, if any.
+        after: Option<Duration>,
+    },
+    /// The provider's cap on statuses per commit and context is reached (GitHub: 1000).
+    #[error("{provider}: the commit has the maximum number of statuses for this context")]
+    Capped {
+        /// The provider.
+        provider: &'static str,
+    },
+    /// Anything else (401, 403, 404, a bad request): not retried.
+    #[error("{provider} answered {status}: {message}")]
+    Failed {
+        /// The provider.
+        provider: &'static str,
+        /// The HTTP status, or 0 for a network error.
+        status: u16,
+        /// The start of the response body, or the network error.
+        message: String,
+    },
+}
+
+/// A Git host's commit-status API.
+#[async_trait]
+pub trait ProviderClient: Send + Sync {
+    /// `github`, `gitlab`, `gitea` or `bitbucket`.
+    fn name(&self) -> &'static str;
+    /// Identifies the API and repository (for de-duplication keys).
+    fn target(&self) -> String;
+    /// The provider's word for a state (GitLab says `running`, Bitbucket `INPROGRESS`...).
+    fn native_state(&self, state: State) -> &'static str;
+    /// Posts a status.
+    ///
+    /// # Errors
+    ///
+    /// See [`PostError`].
+    async fn post(&self, status: &CommitStatus) -> Result<(), PostError>;
+    /// The provider's latest status for (commit, context) as (native state, description), or
+    /// `None` when it has none.
+    ///
+    /// # Errors
+    ///
+    /// See [`PostError`].
+    async fn latest(&self, sha: &str, context: &str)
+    -> Result<Option<(String, String)>, PostError>;
+}
+
+/// The documented commit-status APIs of GitHub (and Enterprise), Gitea (and Forgejo), GitLab
+/// and Bitbucket Cloud, over HTTPS with rustls.
+pub struct HttpProvider {
+    kind: Provider,
+    client: reqwest::Client,
+    /// The API base without a trailing slash.
+    base: String,
+    repository: String,
+    token: SecretString,
+    username: Option<String>,
+}
+
+/// The `User-Agent` sent to Git hosts (GitHub requires one).
+pub const USER_AGENT: &str = concat!("driftless/", env!("CARGO_PKG_VERSION"));
+
+/// Percent-encodes one path segment (GitLab's `group%2Fproject` ids; commit contexts in URLs).
+fn segment(s: &str) -> String {
+    const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SET).to_string()
+}
+
+/// Bitbucket's `key`: the context when it fits in 40 characters, else `driftless-` and the
+/// first 30 hex digits of its SHA-256 (stable, so the same context updates the same status).
+pub fn bitbucket_key(context: &str) -> String {
+    if context.chars().count() <= MAX_BITBUCKET_KEY {
+        return context.to_string();
+    }
+    let digest = Sha256::digest(context.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("driftless-{}", &hex[..30])
+}
+
+/// `Retry-After`: delay-seconds or an HTTP date (RFC 9110 section 10.2.3).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+impl HttpProvider {
+    /// A client for `kind` at `api_url` (or the provider's default) for `repository`.
+    ///
+    /// # Errors
+    ///
+    /// When the HTTP client cannot be built (no TLS roots).
+    pub fn new(
+        kind: Provider,
+        api_url: Option<&str>,
+        repository: &str,
+        token: SecretString,
+        username: Option<String>,
+    ) -> Result<Self, reqwest::Error> {
+        let base = api_url
+            .or(kind.default_api_url())
+            .unwrap_or_default()
+            .trim_end_matches('/')
+            .to_string();
+        let client = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Self {
+            kind,
+            client,
+            base,
+            repository: repository.trim().to_string(),
+            token,
+            username,
+        })
+    }
+
+    fn owner_repo(&self) -> (&str, &str) {
+        self.repository
+            .split_once('/')
+            .unwrap_or((&self.repository, ""))
+    }
+
+    fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let token = self.token.expose_secret();
+        match self.kind {
+            Provider::Github => req
+                .bearer_auth(token)
+                .header("Accept", "application/vnd.github+json")
+                .header("X-GitHub-Api-Version", "2022-11-28"),
+            Provider::Gitea => req
+                .header("Authorization", format!("token {token}"))
+                .header("Accept", "application/json"),
+            Provider::Gitlab => req
+                .header("PRIVATE-TOKEN", token)
+                .header("Accept", "application/json"),
+            Provider::Bitbucket => match &self.username {
+                Some(user) => req.basic_auth(user, Some(token)),
+                None => req.bearer_auth(token),
+            }
+            .header("Accept", "application/json"),
+        }
+    }
+
+    fn post_request(&self, s: &CommitStatus) -> (String, Value) {
+        let state = self.native_state(s.state);
+        match self.kind {
+            Provider::Github | Provider::Gitea => {
+                let (owner, repo) = self.owner_repo();
+                let prefix = if self.kind == Provider::Gitea {
+                    "/api/v1"
+                } else {
+                    ""
+                };
+                let url = format!(
+                    "{}{prefix}/repos/{}/{}/statuses/{}",
+                    self.base,
+                    segment(owner),
+                    segment(repo),
+                    s.sha
+                );
+                let mut body =
+                    json!({"state": state, "description": s.description, "context": s.context});
+                if let Some(t) = &s.target_url {
+                    body["target_url"] = json!(t);
+                }
+                (url, body)
+            }
+            Provider::Gitlab => {
+                let url = format!(
+                    "{}/api/v4/projects/{}/statuses/{}",
+                    self.base,
+                    segment(&self.repository),
+                    s.sha
+                );
+                let mut body =
+                    json!({"state": state, "name": s.context, "description": s.description});
+                if let Some(t) = &s.target_url {
+                    body["target_url"] = json!(t);
+                }
+                (url, body)
+            }
+            Provider::Bitbucket => {
+                let (workspace, repo) = self.owner_repo();
+                let url = format!(
+                    "{}/2.0/repositories/{}/{}/commit/{}/statuses/build",
+                    self.base,
+                    segment(workspace),
+                    segment(repo),
+                    s.sha
+                );
+                // Bitbucket requires a URL: the commit's page when there is no status page.
+                let link = s.target_url.clone().unwrap_or_else(|| {
+                    format!("https://bitbucket.org/{workspace}/{repo}/commits/{}", s.sha)
+                });
+                let body = json!({
+                    "key": bitbucket_key(&s.context),
+                    "state": state,
+                    "name": s.context,
+                    "url": link,
+                    "description": s.description,
+                });
+                (url, body)
+            }
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, PostError> {
+        let provider = self.name();
+        let resp = self.authorize(req).send().await.map_err(|e| {
+            PostError::Retry {
+                provider,
+                status: 0,
+                after: None,
+            }
+            .with_source_logged(&e)
+        })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let after = retry_after(resp.headers());
+        let rate_limited = status.as_u16() == 403
+            && (after.is_some()
+                || resp
+                    .headers()
+                    .get("x-ratelimit-remaining")
+                    .is_some_and(|v| v == "0"));
+        if status.is_server_error() || status.as_u16() == 429 || rate_limited {
+            return Err(PostError::Retry {
+                provider,
+                status: status.as_u16(),
+                after,
+            });
+        }
+        let body = resp.text().await.unwrap_or_default();
+        let message: String = body.chars().take(300).collect();
+        if status.as_u16() == 422
+            && message
+                .to_ascii_lowercase()
+                .contains("maximum number of statuses")
+        {
+            return Err(PostError::Capped { provider });
+        }
+        Err(PostError::Failed {
+            provider,
+            status: status.as_u16(),
+            message,
+        })
+    }
+
+    /// Every status of (commit, context) the provider lists, following its pagination, as
+    /// (id, native state, description).
+    async fn list(
+        &self,
+        sha: &str,
+        context: &str,
+    ) -> Result<Vec<(u64, String, String)>, PostError> {
+        let (first, state_field, context_field) = match self.kind {
+            Provider::Github | Provider::Gitea => {
+                let (owner, repo) = self.owner_repo();
+                let url = if self.kind == Provider::Github {
+                    format!(
+                        "{}/repos/{}/{}/commits/{sha}/statuses?per_page=100",
+                        self.base,
+                        segment(owner),
+                        segment(repo)
+                    )
+                } else {
+                    format!(
+                        "{}/api/v1/repos/{}/{}/statuses/{sha}?limit=50",
+                        self.base,
+                        segment(owner),
+                        segment(repo)
+                    )
+                };
+                (
+                    url,
+                    if self.kind == Provider::Github {
+                        "state"
+                    } else {
+                        "status"
+                    },
+                    "context",
+                )
+            }
+            Provider::Gitlab => (
+                format!(
+                    "{}/api/v4/projects/{}/repository/commits/{sha}/statuses?name={}&all=true&per_page=100",
+                    self.base,
+                    segment(&self.repository),
+                    segment(context)
+                ),
+                "status",
+                "name",
+            ),
+            Provider::Bitbucket => unreachable!("Bitbucket statuses are read by key"),
+        };
+        let mut out = Vec::new();
+        let mut next = Some(first);
+        for _ in 0..20 {
+            let Some(url) = next.take() else { break };
+            let resp = self.send(self.client.get(&url)).await?;
+            next = next_page(&url, resp.headers(), self.kind);
+            let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
+                provider: self.name(),
+                status: 200,
+                message: format!("unreadable status list: {e}"),
+            })?;
+            for it in items {
+                if it.get(context_field).and_then(Value::as_str) != Some(context) {
+                    continue;
+                }
+                let state = it
+                    .get(state_field)
+                    .or_else(|| it.get("state"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let description = it
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let id = it.get("id").and_then(Value::as_u64).unwrap_or(0);
+                out.push((id, state, description));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The next page of a listing: GitHub and Gitea give a `Link: <...>; rel="next"` header,
+/// GitLab `X-Next-Page` (empty on the last page).
+fn next_page(
+    current: &str,
+    headers: &reqwest::header::HeaderMap,
+    kind: Provider,
+) -> Option<String> {
+    if kind == Provider::Gitlab {
+        let page = headers.get("x-next-page")?.to_str().ok()?.trim();
+        if page.is_empty() {
+            return None;
+        }
+        let base = match current.find("&page=") {
+            Some(i) => &current[..i],
+            None => current,
+        };
+        return Some(format!("{base}&page={page}"));
+    }
+    let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params.contains("rel=\"next\"").then(|| {
+            url.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_string()
+        })
+    })
+}
+
+impl PostError {
+    /// Logs the underlying network error (its text never holds credentials: reqwest errors
+    /// name the URL, which carries none) and returns `self`.
+    fn with_source_logged(self, e: &reqwest::Error) -> Self {
+        tracing::debug!(error = %e, "Git host unreachable");
+        self
+    }
+}
+
+#[async_trait]
+impl ProviderClient for HttpProvider {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn target(&self) -> String {
+        format!("{}|{}|{}", self.kind.name(), self.base, self.repository)
+    }
+
+    fn native_state(&self, state: State) -> &'static str {
+        match (self.kind, state) {
+            (Provider::Github | Provider::Gitea, State::Pending) => "pending",
+            (Provider::Github | Provider::Gitea, State::Success) => "success",
+            (Provider::Github | Provider::Gitea, State::Failure) => "failure",
+            (Provider::Github | Provider::Gitea, State::Error) => "error",
+            // GitLab has no `error`; `running` is the state of work in progress.
+            (Provider::Gitlab, State::Pending) => "running",
+            (Provider::Gitlab, State::Success) => "success",
+            (Provider::Gitlab, State::Failure | State::Error) => "failed",
+            (Provider::Bitbucket, State::Pending) => "INPROGRESS",
+            (Provider::Bitbucket, State::Success) => "SUCCESSFUL",
+            (Provider::Bitbucket, State::Failure | State::Error) => "FAILED",
+        }
+    }
+
+    async fn post(&self, status: &CommitStatus) -> Result<(), PostError> {
+        let (url, body) = self.post_request(status);
+        match self.send(self.client.post(&url).json(&body)).await {
+            Ok(_) => Ok(()),
+            // GitLab refuses to move a status to the state it is in ("Cannot transition status
+            // via :run from :running"): it already shows that state.
+            Err(PostError::Failed {
+                status: 400,
+                message,
+                ..
+            }) if self.kind == Provider::Gitlab && message.contains("Cannot transition status") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn latest(
+        &self,
+        sha: &str,
+        context: &str,
+    ) -> Result<Option<(String, String)>, PostError> {
+        if self.kind == Provider::Bitbucket {
+            let (workspace, repo) = self.owner_repo();
+            let url = format!(
+                "{}/2.0/repositories/{}/{}/commit/{sha}/statuses/build/{}",
+                self.base,
+                segment(workspace),
+                segment(repo),
+                segment(&bitbucket_key(context))
+            );
+            return match self.send(self.client.get(&url)).await {
+                Ok(resp) => {
+                    let v: Value = resp.json().await.unwrap_or(Value::Null);
+                    Ok(Some((
+                        v.get("state")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        v.get("description")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    )))
+                }
+                Err(PostError::Failed { status: 404, .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        let all = self.list(sha, context).await?;
+        Ok(all
+            .into_iter()
+            .max_by_key(|(id, _, _)| *id)
+            .map(|(_, state, description)| (state, description)))
+    }
+}
+
+/// Posts queued statuses: reads the provider's latest status for a (commit, context) the first
+/// time it meets one (so a restart does not repost), posts only changes, retries 5xx and 429
+/// with backoff (honouring `Retry-After`), and stops posting for a pair that reached the
+/// provider's cap, saying so once.
+pub struct Writer {
+    queue: Queue,
+    metrics: Option<Arc<Metrics>>,
+    /// First retry delay when the provider gives none; doubles per attempt.
+    pub retry_base: Duration,
+    /// Attempts per update before it is dropped (a newer update for the same pair still goes).
+    pub max_attempts: u32,
+    known: HashMap<Key, (String, String)>,
+    capped: HashSet<Key>,
+}
+
+impl Writer {
+    /// A writer draining `queue`.
+    pub fn new(queue: Queue, metrics: Option<Arc<Metrics>>) -> Self {
+        Self {
+            queue,
+            metrics,
+            retry_base: Duration::from_secs(1),
+            max_attempts: 5,
+            known: HashMap::new(),
+            capped: HashSet::new(),
+        }
+    }
+
+    fn count(&self, provider: &str, result: &str) {
+        if let Some(m) = &self.metrics {
+            m.commit_status_request(provider, result);
+        }
+    }
+
+    /// Posts until the queue is empty.
+    pub async fn flush(&mut self) {
+        while let Some((key, update)) = self.queue.pop() {
+            self.deliver(key, update).await;
+        }
+    }
+
+    /// Runs until `shutdown` becomes true, then posts what is still queued (bounded by
+    /// `drain_timeout`) and returns.
+    pub async fn run(
+        mut self,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        drain_timeout: Duration,
+    ) {
+        loop {
+            self.flush().await;
+            tokio::select! {
+                _ = self.queue.notify.notified() => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        if tokio::time::timeout(drain_timeout, self.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.queue.len(),
+                "Commit statuses not posted before shutdown"
+            );
+        }
+    }
+
+    async fn deliver(&mut self, key: Key, update: Update) {
+        let provider = update.provider.as_ref();
+        let s = &update.status;
+        if self.capped.contains(&key) {
+            return;
+        }
+        let wanted = (
+            provider.native_state(s.state).to_string(),
+            s.description.clone(),
+        );
+        if !self.known.contains_key(&key) {
+            match provider.latest(&s.sha, &s.context).await {
+                Ok(Some(latest)) => {
+                    self.known.insert(key.clone(), latest);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "Cannot read the latest commit status; posting")
+                }
+            }
+        }
+        if self.known.get(&key) == Some(&wanted) {
+            self.count(provider.name(), "skipped");
+            return;
+        }
+        let mut delay = self.retry_base;
+        for attempt in 1..=self.max_attempts {
+            match provider.post(s).await {
+                Ok(()) => {
+                    self.count(provider.name(), "success");
+                    tracing::info!(provider = provider.name(), sha = %s.sha, context = %s.context, state = wanted.0, description = %s.description, "Commit status posted");
+                    self.known.insert(key, wanted);
+                    return;
+                }
+                Err(PostError::Retry { status, after, .. }) => {
+                    self.count(provider.name(), "retry");
+                    if attempt == self.max_attempts {
+                        tracing::warn!(provider = provider.name(), sha = %s.sha, status, "Commit status not posted after retries");
+                        return;
+                    }
+                    let wait = after.unwrap_or(delay);
+                    tokio::time::sleep(wait).await;
+                    delay = delay.saturating_mul(2);
+                    if self.queue.has(&key) {
+                        return; // a newer status for this pair is queued: post that instead
+                    }
+                }
+                Err(PostError::Capped { .. }) => {
+                    self.count(provider.name(), "capped");
+                    tracing::warn!(provider = provider.name(), sha = %s.sha, context = %s.context, "The commit has the provider's maximum number of statuses for this context; no more will be posted for it");
+                    self.capped.insert(key);
+                    return;
+                }
+                Err(e @ PostError::Failed { .. }) => {
+                    self.count(provider.name(), "error");
+                    tracing::warn!(error = %e, sha = %s.sha, "Commit status not posted");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts<'static> {
+        Facts {
+            app: "web",
+            in_force: Some("abc"),
+            objects: 12,
+            applying: false,
+            in_force_error: None,
+            out_of_sync: 0,
+            not_ready: 0,
+            health: Health::Healthy,
+            rejected: None,
+        }
+    }
+
+    #[test]
+    fn success_only_when_synced_and_healthy() {
+        let s = derive(&facts(), Some("https://d.example.com/"));
+        assert_eq!(
+            s,
+            vec![CommitStatus {
+                sha: "abc".into(),
+                context: "driftless/web".into(),
+                state: State::Success,
+                description: "synced 12 objects, healthy".into(),
+                target_url: Some("https://d.example.com/apps/web".into()),
+            }]
+        );
+        let applying = derive(
+            &Facts {
+                applying: true,
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(
+            (applying[0].state, applying[0].description.as_str()),
+            (State::Pending, "applying 12 objects")
+        );
+        let missing = derive(
+            &Facts {
+                not_ready: 2,
+                health: Health::Missing,
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(missing[0].state, State::Pending);
+        let drift = derive(
+            &Facts {
+                out_of_sync: 1,
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(
+            (drift[0].state, drift[0].description.as_str()),
+            (State::Pending, "1 of 12 objects differ from Git")
+        );
+        let degraded = derive(
+            &Facts {
+                health: Health::Degraded,
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(degraded[0].state, State::Failure);
+        let failing = derive(
+            &Facts {
+                in_force_error: Some("source unavailable: x".into()),
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(failing[0].state, State::Error);
+    }
+
+    #[test]
+    fn a_rejected_revision_gets_its_own_error() {
+        let s = derive(
+            &Facts {
+                rejected: Some((
+                    "new",
+                    "invalid manifest web/bad.yaml:3:5: duplicate key `track`".into(),
+                )),
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].sha.as_str(), s[0].state), ("abc", State::Success));
+        assert_eq!((s[1].sha.as_str(), s[1].state), ("new", State::Error));
+        assert_eq!(
+            s[1].description,
+            "invalid manifest web/bad.yaml:3:5: duplicate key `track`"
+        );
+    }
+
+    #[test]
+    fn truncation_counts_characters_not_bytes() {
+        let long = "é".repeat(200);
+        let t = truncate_chars(&long, MAX_DESCRIPTION);
+        assert_eq!(t.chars().count(), 140);
+        assert!(t.ends_with('…'));
+        assert_eq!(truncate_chars("short", 140), "short");
+        let s = derive(
+            &Facts {
+                in_force_error: Some("ü".repeat(300)),
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(s[0].description.chars().count(), 140);
+        let ctx = derive(
+            &Facts {
+                app: Box::leak("a".repeat(300).into_boxed_str()),
+                ..facts()
+            },
+            None,
+        );
+        assert_eq!(ctx[0].context.chars().count(), 255);
+    }
+
+    #[test]
+    fn bitbucket_keys_fit_in_40_characters() {
+        assert_eq!(bitbucket_key("driftless/web"), "driftless/web");
+        let long = bitbucket_key(&format!("driftless/{}", "x".repeat(60)));
+        assert_eq!(long.len(), 40);
+        assert_eq!(
+            long,
+            bitbucket_key(&format!("driftless/{}", "x".repeat(60))),
+            "stable"
+        );
+    }
+}

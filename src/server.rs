@@ -1,0 +1,618 @@
+//! The HTTP server of `driftless run` (axum): health, readiness, metrics, the JSON API, manual
+//! syncs, webhooks and a status page.
+//!
+//! | route | answers |
+//! |---|---|
+//! | `GET /healthz` | 200 while the process serves |
+//! | `GET /readyz` | 200 once the store answers and every app finished its first reconcile, else 503 saying what is missing |
+//! | `GET /metrics` | Prometheus (OpenMetrics) text, see [`crate::metrics`] |
+//! | `GET /api/v1/apps`, `GET /api/v1/apps/{name}` | the status JSON of DESIGN.md section 7 (404 for an unknown app) |
+//! | `POST /api/v1/apps/{name}/sync` | `Authorization: Bearer <server.token>`: 202 and an immediate fetch and reconcile; 401 without a valid token; 404 for an unknown app |
+//! | `POST /webhooks/github`, `/webhooks/gitea`, `/webhooks/gitlab` | a verified push for an app's repository and ref: 200 and an immediate fetch of those apps; a bad or missing signature: 401; other events: 202, ignored; bodies over 1 MiB: 413; a host without a configured secret: 404 |
+//! | `GET /`, `GET /apps/{name}` | HTML status pages (the `target_url` of commit statuses) |
+//!
+//! Signatures follow each host's documentation: GitHub sends `X-Hub-Signature-256:
+//! sha256=<hex HMAC-SHA256 of the raw body>`, Gitea `X-Gitea-Signature: <hex HMAC-SHA256>`,
+//! GitLab the shared secret itself in `X-Gitlab-Token`. All are compared in constant time.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use hmac::{KeyInit, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+use crate::metrics::Metrics;
+use crate::reconcile::Handle;
+use crate::status::{self, AppStatus};
+use crate::store::Store;
+
+/// Largest webhook body accepted, in bytes (1 MiB).
+pub const MAX_WEBHOOK_BODY: usize = 1 << 20;
+
+/// Where an app's source lives, to match webhook pushes against.
+#[derive(Clone, Debug)]
+pub struct AppRoute {
+    /// The app.
+    pub name: String,
+    /// The repository URL as configured.
+    pub repo: String,
+    /// The configured ref (`None`: the remote's HEAD, i.e. its default branch).
+    pub reference: Option<String>,
+}
+
+/// Webhook secrets per Git host.
+#[derive(Clone, Default)]
+pub struct WebhookSecrets {
+    /// GitHub's HMAC key.
+    pub github: Option<SecretString>,
+    /// Gitea's HMAC key.
+    pub gitea: Option<SecretString>,
+    /// GitLab's token.
+    pub gitlab: Option<SecretString>,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ServerState {
+    /// The store (status records, readiness).
+    pub store: Arc<dyn Store>,
+    /// The running agent.
+    pub handle: Handle,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// The bearer token of the sync endpoint.
+    pub token: Option<SecretString>,
+    /// Webhook secrets.
+    pub webhooks: WebhookSecrets,
+    /// The apps' sources.
+    pub apps: Arc<Vec<AppRoute>>,
+}
+
+/// The router with every route of the module table.
+pub fn router(state: ServerState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/apps", get(list_apps))
+        .route("/api/v1/apps/{name}", get(get_app))
+        .route("/api/v1/apps/{name}/sync", post(sync_app))
+        .route("/webhooks/github", post(github))
+        .route("/webhooks/gitea", post(gitea))
+        .route("/webhooks/gitlab", post(gitlab))
+        .route("/", get(index_page))
+        .route("/apps/{name}", get(app_page))
+        .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
+        .with_state(state)
+}
+
+fn json_response(status: StatusCode, v: Value) -> Response {
+    (status, axum::Json(v)).into_response()
+}
+
+async fn readyz(State(s): State<ServerState>) -> Response {
+    if let Err(e) = s.store.revision().await {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unreachable: {e}\n"),
+        )
+            .into_response();
+    }
+    let waiting = s.handle.readiness().waiting();
+    if waiting.is_empty() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("first reconcile not finished: {}\n", waiting.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(s): State<ServerState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn statuses(s: &ServerState) -> Result<Vec<AppStatus>, Response> {
+    status::read_all(s.store.as_ref()).await.map_err(|e| {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": format!("cannot read the store: {e}")}),
+        )
+    })
+}
+
+async fn list_apps(State(s): State<ServerState>) -> Response {
+    match statuses(&s).await {
+        Ok(apps) => json_response(StatusCode::OK, json!({ "apps": apps })),
+        Err(r) => r,
+    }
+}
+
+async fn get_app(State(s): State<ServerState>, Path(name): Path<String>) -> Response {
+    match status::read(s.store.as_ref(), &name).await {
+        Ok(Some(app)) => json_response(StatusCode::OK, json!(app)),
+        Ok(None) => json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no app named `{name}`")}),
+        ),
+        Err(e) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": format!("cannot read the store: {e}")}),
+        ),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+async fn sync_app(
+    State(s): State<ServerState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match (&s.token, given) {
+        (Some(token), Some(given)) => {
+            constant_time_eq(token.expose_secret().as_bytes(), given.trim().as_bytes())
+        }
+        _ => false,
+    };
+    if !authorized {
+        let why = if s.token.is_none() {
+            "manual syncs are off: set server.token"
+        } else {
+            "a valid `Authorization: Bearer <server.token>` header is required"
+        };
+        return json_response(StatusCode::UNAUTHORIZED, json!({ "error": why }));
+    }
+    if s.handle.trigger(&name) {
+        tracing::info!(app = %name, "Manual sync requested");
+        json_response(StatusCode::ACCEPTED, json!({ "triggered": [name] }))
+    } else {
+        json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no app named `{name}`")}),
+        )
+    }
+}
+
+/// A repository URL reduced to `host/path`, lowercase, without scheme, credentials, port,
+/// trailing `/` or `.git`, so that `https://github.com/Acme/Web.git` and
+/// `git@github.com:acme/web` compare equal. Local paths are returned trimmed.
+pub fn repo_key(url: &str) -> String {
+    let u = url.trim().trim_end_matches('/');
+    let u = u.strip_suffix(".git").unwrap_or(u);
+    let (host, path) = if let Some((_, rest)) = u.split_once("://") {
+        match rest.split_once('/') {
+            Some((h, p)) => (h, p),
+            None => (rest, ""),
+        }
+    } else if !u.starts_with('/')
+        && !u.starts_with('.')
+        && let Some((h, p)) = u.split_once(':')
+    {
+        (h, p)
+    } else {
+        return u.to_string();
+    };
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let host = host.split(':').next().unwrap_or(host);
+    format!(
+        "{}/{}",
+        host.to_ascii_lowercase(),
+        path.trim_start_matches('/').to_ascii_lowercase()
+    )
+}
+
+/// The apps a push of `git_ref` to a repository known by `urls` concerns: same repository, and
+/// the app follows that ref (a branch or tag by name, a full ref, or the default branch when
+/// the app gives no ref). Apps pinned to a commit id are never triggered.
+pub fn matching_apps(
+    apps: &[AppRoute],
+    urls: &[&str],
+    git_ref: &str,
+    default_branch: Option<&str>,
+) -> Vec<String> {
+    let keys: Vec<String> = urls
+        .iter()
+        .filter(|u| !u.is_empty())
+        .map(|u| repo_key(u))
+        .collect();
+    apps.iter()
+        .filter(|a| keys.contains(&repo_key(&a.repo)))
+        .filter(|a| match a.reference.as_deref() {
+            None | Some("HEAD") => {
+                default_branch.is_some_and(|b| git_ref == format!("refs/heads/{b}"))
+            }
+            Some(r) if r.starts_with("refs/") => git_ref == r,
+            Some(r) => git_ref == format!("refs/heads/{r}") || git_ref == format!("refs/tags/{r}"),
+        })
+        .map(|a| a.name.clone())
+        .collect()
+}
+
+fn hmac_ok(secret: &SecretString, body: &[u8], hex_sig: &str) -> bool {
+    let Some(sig) = decode_hex(hex_sig.trim()) else {
+        return false;
+    };
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.expose_secret().as_bytes())
+    else {
+        return false;
+    };
+    mac.update(body);
+    // `verify_slice` compares in constant time.
+    mac.verify_slice(&sig).is_ok()
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn unauthorized(provider: &str) -> Response {
+    tracing::warn!(provider, "Webhook with a bad or missing signature refused");
+    json_response(
+        StatusCode::UNAUTHORIZED,
+        json!({"error": "bad or missing signature"}),
+    )
+}
+
+fn not_configured(provider: &str) -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        json!({"error": format!("no {provider} webhook: set server.webhooks.{provider}.secret")}),
+    )
+}
+
+/// Triggers the apps a verified push concerns.
+fn push(
+    s: &ServerState,
+    provider: &str,
+    payload: &[u8],
+    urls: &[&str],
+    default_branch_field: &[&str],
+) -> Response {
+    let Ok(v) = serde_json::from_slice::<Value>(payload) else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "the body is not JSON"}),
+        );
+    };
+    let git_ref = v.get("ref").and_then(Value::as_str).unwrap_or_default();
+    let found: Vec<&str> = urls
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(Value::as_str))
+        .collect();
+    let default_branch = default_branch_field
+        .iter()
+        .find_map(|p| v.pointer(p).and_then(Value::as_str));
+    let apps = matching_apps(&s.apps, &found, git_ref, default_branch);
+    for app in &apps {
+        s.handle.trigger(app);
+    }
+    tracing::info!(provider, git_ref, apps = ?apps, "Push webhook");
+    json_response(StatusCode::OK, json!({ "triggered": apps }))
+}
+
+fn ignored(event: &str) -> Response {
+    json_response(StatusCode::ACCEPTED, json!({ "ignored": event }))
+}
+
+async fn github(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(secret) = &s.webhooks.github else {
+        return not_configured("github");
+    };
+    let signed = header_str(&headers, "x-hub-signature-256")
+        .and_then(|v| v.strip_prefix("sha256="))
+        .is_some_and(|sig| hmac_ok(secret, &body, sig));
+    if !signed {
+        return unauthorized("github");
+    }
+    match header_str(&headers, "x-github-event").unwrap_or_default() {
+        "push" => push(
+            &s,
+            "github",
+            &body,
+            &[
+                "/repository/clone_url",
+                "/repository/html_url",
+                "/repository/ssh_url",
+                "/repository/git_url",
+            ],
+            &["/repository/default_branch", "/repository/master_branch"],
+        ),
+        other => ignored(other),
+    }
+}
+
+async fn gitea(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(secret) = &s.webhooks.gitea else {
+        return not_configured("gitea");
+    };
+    let signed =
+        header_str(&headers, "x-gitea-signature").is_some_and(|sig| hmac_ok(secret, &body, sig));
+    if !signed {
+        return unauthorized("gitea");
+    }
+    match header_str(&headers, "x-gitea-event").unwrap_or_default() {
+        "push" => push(
+            &s,
+            "gitea",
+            &body,
+            &[
+                "/repository/clone_url",
+                "/repository/html_url",
+                "/repository/ssh_url",
+            ],
+            &["/repository/default_branch"],
+        ),
+        other => ignored(other),
+    }
+}
+
+async fn gitlab(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(secret) = &s.webhooks.gitlab else {
+        return not_configured("gitlab");
+    };
+    let given = header_str(&headers, "x-gitlab-token").unwrap_or_default();
+    if !constant_time_eq(secret.expose_secret().as_bytes(), given.as_bytes()) {
+        return unauthorized("gitlab");
+    }
+    match header_str(&headers, "x-gitlab-event").unwrap_or_default() {
+        "Push Hook" | "Tag Push Hook" => push(
+            &s,
+            "gitlab",
+            &body,
+            &[
+                "/project/git_http_url",
+                "/project/git_ssh_url",
+                "/project/web_url",
+                "/repository/git_http_url",
+                "/repository/git_ssh_url",
+                "/repository/homepage",
+            ],
+            &["/project/default_branch"],
+        ),
+        other => ignored(other),
+    }
+}
+
+/// Escapes text for HTML.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(title: &str, body: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}</style></head><body>{body}</body></html>",
+        esc(title)
+    ))
+}
+
+async fn index_page(State(s): State<ServerState>) -> Response {
+    let apps = match statuses(&s).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let mut rows = String::new();
+    for a in &apps {
+        let ready = a
+            .condition("Ready")
+            .map_or(String::new(), |c| format!("{}: {}", c.reason, c.message));
+        rows.push_str(&format!(
+            "<tr><td><a href=\"apps/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&a.name),
+            esc(&a.name),
+            a.sync,
+            a.health,
+            esc(a.revision.as_deref().unwrap_or("-")),
+            esc(&ready)
+        ));
+    }
+    page(
+        "driftless",
+        &format!("<h1>driftless</h1><table><tr><th>app</th><th>sync</th><th>health</th><th>revision</th><th>ready</th></tr>{rows}</table>"),
+    )
+    .into_response()
+}
+
+async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Response {
+    let app = match status::read(s.store.as_ref(), &name).await {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            return (
+                StatusCode::NOT_FOUND,
+                page("not found", &format!("<p>No app named {}.</p>", esc(&name))),
+            )
+                .into_response();
+        }
+        Err(e) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot read the store: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let mut body = format!(
+        "<h1>{}</h1><p>sync <b>{}</b>, health <b>{}</b>, revision <code>{}</code> (newest tried <code>{}</code>){}</p>",
+        esc(&app.name),
+        app.sync,
+        app.health,
+        esc(app.revision.as_deref().unwrap_or("-")),
+        esc(app.last_attempted_revision.as_deref().unwrap_or("-")),
+        app.out_of_sync_since
+            .as_deref()
+            .map_or(String::new(), |t| format!(", out of sync since {}", esc(t))),
+    );
+    body.push_str("<h2>Conditions</h2><table><tr><th>type</th><th>status</th><th>reason</th><th>message</th><th>since</th></tr>");
+    for c in &app.conditions {
+        body.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&c.type_),
+            esc(&c.status),
+            esc(&c.reason),
+            esc(&c.message),
+            esc(&c.last_transition_time)
+        ));
+    }
+    body.push_str("</table>");
+    if !app.diagnostics.is_empty() {
+        body.push_str("<h2>Diagnostics</h2><ul>");
+        for d in &app.diagnostics {
+            body.push_str(&format!("<li><code>{}</code></li>", esc(&d.to_string())));
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str(
+        "<h2>Objects</h2><table><tr><th>object</th><th>sync</th><th>health</th><th>note</th></tr>",
+    );
+    for r in &app.resources {
+        body.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.key().to_string()),
+            r.sync,
+            r.health,
+            esc(r.message.as_deref().unwrap_or(""))
+        ));
+    }
+    body.push_str("</table>");
+    page(&app.name, &body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repository_urls_compare_by_host_and_path() {
+        let k = repo_key("https://github.com/Acme/Web.git");
+        assert_eq!(k, "github.com/acme/web");
+        assert_eq!(repo_key("git@github.com:acme/web.git"), k);
+        assert_eq!(repo_key("ssh://git@github.com:22/acme/web"), k);
+        assert_eq!(repo_key("https://user:pw@github.com/acme/web/"), k);
+        assert_ne!(repo_key("https://github.com/acme/other"), k);
+        assert_eq!(repo_key("/srv/git/repo"), "/srv/git/repo");
+    }
+
+    #[test]
+    fn pushes_match_the_repository_and_the_ref_each_app_follows() {
+        let apps = vec![
+            AppRoute {
+                name: "head".into(),
+                repo: "https://github.com/acme/web.git".into(),
+                reference: None,
+            },
+            AppRoute {
+                name: "main".into(),
+                repo: "https://github.com/acme/web".into(),
+                reference: Some("main".into()),
+            },
+            AppRoute {
+                name: "stage".into(),
+                repo: "https://github.com/acme/web".into(),
+                reference: Some("staging".into()),
+            },
+            AppRoute {
+                name: "tag".into(),
+                repo: "https://github.com/acme/web".into(),
+                reference: Some("v1".into()),
+            },
+            AppRoute {
+                name: "pinned".into(),
+                repo: "https://github.com/acme/web".into(),
+                reference: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            },
+            AppRoute {
+                name: "other".into(),
+                repo: "https://github.com/acme/api".into(),
+                reference: None,
+            },
+        ];
+        let urls = [
+            "https://github.com/acme/web.git",
+            "git@github.com:acme/web.git",
+        ];
+        assert_eq!(
+            matching_apps(&apps, &urls, "refs/heads/main", Some("main")),
+            vec!["head", "main"]
+        );
+        assert_eq!(
+            matching_apps(&apps, &urls, "refs/heads/staging", Some("main")),
+            vec!["stage"]
+        );
+        assert_eq!(
+            matching_apps(&apps, &urls, "refs/tags/v1", Some("main")),
+            vec!["tag"]
+        );
+        assert!(
+            matching_apps(
+                &apps,
+                &["https://github.com/acme/elsewhere"],
+                "refs/heads/main",
+                Some("main")
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn hmac_signatures_are_checked_over_the_raw_body() {
+        let secret = SecretString::from("It's a Secret to Everybody");
+        // The example of GitHub's documentation ("Validating webhook deliveries").
+        let body = b"Hello, World!";
+        let sig = "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        assert!(hmac_ok(&secret, body, sig));
+        assert!(!hmac_ok(&secret, b"Hello, World?", sig));
+        assert!(!hmac_ok(&secret, body, "zz"));
+        assert!(!hmac_ok(&SecretString::from("other"), body, sig));
+    }
+
+    #[test]
+    fn html_is_escaped() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+}
