@@ -1231,6 +1231,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn readiness_waits_for_every_app_once() {
+        let r = Readiness::new(["a".to_string(), "b".to_string()]);
+        assert_eq!(r.waiting(), vec!["a", "b"]);
+        r.done("a");
+        r.done("a");
+        assert_eq!(r.waiting(), vec!["b"]);
+        r.done("b");
+        assert!(r.waiting().is_empty());
+    }
+
+    #[test]
     fn backoff_doubles_from_five_seconds_to_three_minutes() {
         let mut b = Backoff::default();
         let delays: Vec<u64> = (0..8).map(|_| b.fail().as_secs()).collect();

@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 /// A Git repository in a temporary folder, driven with the real `git` command.
 pub struct GitRepo {
@@ -192,5 +195,273 @@ impl Drop for HttpsGitServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A project: a Git repository of manifests under `app/`, a config file and a store.
+pub struct Env {
+    pub repo: GitRepo,
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Self::with_sync("")
+    }
+
+    /// A project whose app has these extra `sync:` lines and a one-hour poll interval, so
+    /// anything that happens fast was caused by the change feed, not the timer.
+    pub fn with_sync(sync_yaml: &str) -> Self {
+        Self::with_options("1h", sync_yaml)
+    }
+
+    pub fn with_options(interval: &str, sync_yaml: &str) -> Self {
+        let repo = GitRepo::new();
+        repo.write("app/a.yaml", configmap("a", &[("k", "1")]));
+        repo.write("app/b.yaml", configmap("b", &[("k", "1")]));
+        repo.write("app/README.md", "not a manifest");
+        repo.commit("first");
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n    sync:\n      prune: true\n{sync_yaml}",
+            repo.url()
+        );
+        std::fs::write(dir.path().join("driftless.yaml"), config).unwrap();
+        Env { repo, dir }
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("driftless.yaml")
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
+        c.arg("-c").arg(self.config()).current_dir(self.dir.path());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("driftless runs")
+    }
+
+    pub fn put(&self, yaml: &str) {
+        let f = self.dir.path().join("put.yaml");
+        std::fs::write(&f, yaml).unwrap();
+        let out = self.run(&["store", "put", "-f", f.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A live object as JSON, `None` when absent.
+    pub fn get(&self, kind: &str, name: &str) -> Option<Value> {
+        let out = self.run(&["store", "get", kind, name, "-o", "json"]);
+        match out.status.code() {
+            Some(0) => Some(serde_json::from_slice(&out.stdout).unwrap()),
+            Some(1) => None,
+            other => panic!(
+                "store get exited {other:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    pub fn status(&self) -> Value {
+        let out = self.run(&["status", "-o", "json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["apps"][0].clone()
+    }
+
+    /// Every live object's key and resourceVersion.
+    pub fn versions(&self) -> Vec<(String, String)> {
+        let out = self.run(&["store", "list", "-o", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    format!("{}/{}", o["kind"], o["metadata"]["name"]),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn store_revision(&self) -> u64 {
+        store_revision(&self.dir.path().join("store.db"))
+    }
+
+    pub fn agent(&self) -> Agent {
+        self.agent_with(&[])
+    }
+
+    /// Starts `driftless run` with these environment variables.
+    pub fn agent_with_env(&self, vars: &[(&str, &str)]) -> Agent {
+        self.spawn_agent(&[], vars)
+    }
+
+    /// Starts `driftless [args] run`; its log goes to `agent.log` in the project folder.
+    pub fn agent_with(&self, args: &[&str]) -> Agent {
+        self.spawn_agent(args, &[])
+    }
+
+    fn spawn_agent(&self, args: &[&str], vars: &[(&str, &str)]) -> Agent {
+        let log = std::fs::File::create(self.log_path()).unwrap();
+        let child = self
+            .cmd()
+            .envs(vars.iter().copied())
+            .args(args)
+            .arg("run")
+            .env("RUST_LOG", "info,driftless=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("agent starts");
+        Agent {
+            child: Some(child),
+            log: self.log_path(),
+        }
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("agent.log")
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Waits for `f`, showing the agent's log if it does not come.
+    pub fn wait(&self, what: &str, timeout: Duration, f: impl FnMut() -> bool) -> Duration {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_for(what, timeout, f)))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("agent log:\n{}", self.log());
+                std::panic::resume_unwind(e)
+            }
+        }
+    }
+}
+
+/// The store's revision, read through the library (another process's view).
+pub fn store_revision(path: &Path) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use driftless::store::Store;
+        let s = driftless::store::sqlite::SqliteStore::open(path, Default::default()).unwrap();
+        s.revision().await.unwrap()
+    })
+}
+
+pub struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// SIGTERM, then the exit status and the log.
+    pub fn stop(self) -> (Option<i32>, String) {
+        self.stop_with("-TERM")
+    }
+
+    /// Sends `signal` (`-TERM`, `-INT`), then the exit status and the log.
+    pub fn stop_with(mut self, signal: &str) -> (Option<i32>, String) {
+        let mut child = self.child.take().unwrap();
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = child.wait().unwrap();
+        (
+            status.code(),
+            std::fs::read_to_string(&self.log).unwrap_or_default(),
+        )
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it returns true or `timeout` passes; returns the time taken.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A project whose app syncs `url` (any repository URL) at `path`.
+pub fn env_for(url: &str, path: &str) -> Env {
+    let env = Env::new();
+    let config = format!(
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source:\n      repo: {url}\n      path: {path}\n      interval: 1h\n"
+    );
+    std::fs::write(env.config(), config).unwrap();
+    env
+}
+
+impl Env {
+    /// Replaces the `server:` line of the config with `block` (YAML at the top level).
+    pub fn server_config(&self, block: &str) {
+        let config = std::fs::read_to_string(self.config()).unwrap();
+        let replaced = config.replace("server: {listen: \"127.0.0.1:0\"}\n", block);
+        assert_ne!(config, replaced, "the config has the default server line");
+        std::fs::write(self.config(), replaced).unwrap();
+    }
+
+    /// Appends lines to the (only, last) app of the config; indent them by four spaces.
+    pub fn app_config(&self, lines: &str) {
+        let config = std::fs::read_to_string(self.config()).unwrap();
+        std::fs::write(self.config(), config + lines).unwrap();
+    }
+
+    /// The running agent's HTTP address, from its log (`addr=127.0.0.1:PORT`).
+    pub fn http_addr(&self) -> String {
+        let mut found = None;
+        self.wait("the HTTP server", Duration::from_secs(30), || {
+            found = self
+                .log()
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("addr=").map(str::to_string));
+            found.is_some()
+        });
+        found.unwrap()
     }
 }

@@ -1,0 +1,497 @@
+//! Commit-status providers against in-process HTTP servers (wiremock) that check every request
+//! the way each provider documents it: method, path, headers (auth, content type, user agent)
+//! and the JSON body.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use driftless::config::Provider;
+use driftless::health::Health;
+use driftless::metrics::Metrics;
+use driftless::report::{self, Facts, HttpProvider, ProviderClient, Queue, Reporter, Writer};
+use secrecy::SecretString;
+use serde_json::json;
+use wiremock::matchers::{body_json, header, method, path, query_param};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn provider(
+    kind: Provider,
+    server: &MockServer,
+    api_suffix: &str,
+    repo: &str,
+) -> Arc<dyn ProviderClient> {
+    install_crypto();
+    Arc::new(
+        HttpProvider::new(
+            kind,
+            Some(&format!("{}{api_suffix}", server.uri())),
+            repo,
+            SecretString::from("tok-123"),
+            None,
+        )
+        .unwrap(),
+    )
+}
+
+fn facts(app: &str) -> Facts<'_> {
+    Facts {
+        app,
+        in_force: Some(SHA),
+        objects: 3,
+        applying: false,
+        in_force_error: None,
+        out_of_sync: 0,
+        not_ready: 0,
+        health: Health::Healthy,
+        rejected: None,
+    }
+}
+
+/// Reports `facts` once through a fresh reporter and writer, and posts.
+async fn post_once(p: Arc<dyn ProviderClient>, f: &Facts<'_>, external: Option<&str>) {
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(p, external.map(str::to_string), queue.clone());
+    reporter.observe(f);
+    let mut writer = Writer::new(queue, None);
+    writer.retry_base = Duration::from_millis(10);
+    writer.flush().await;
+}
+
+fn user_agent() -> String {
+    format!("driftless/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// An empty list of statuses for the restart check, for GitHub-style listings.
+async fn no_statuses_yet(server: &MockServer, list_path: &str) {
+    Mock::given(method("GET"))
+        .and(path(list_path))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(server)
+        .await;
+}
+
+#[tokio::test]
+async fn github_posts_the_documented_request() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/acme/web/statuses/{SHA}")))
+        .and(header("authorization", "Bearer tok-123"))
+        .and(header("accept", "application/vnd.github+json"))
+        .and(header("x-github-api-version", "2022-11-28"))
+        .and(header("content-type", "application/json"))
+        .and(header("user-agent", user_agent().as_str()))
+        .and(body_json(json!({
+            "state": "success",
+            "description": "synced 3 objects, healthy",
+            "context": "driftless/web",
+            "target_url": "https://drift.example.com/apps/web",
+        })))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 1})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    post_once(
+        provider(Provider::Github, &server, "", "acme/web"),
+        &facts("web"),
+        Some("https://drift.example.com"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn github_enterprise_goes_under_its_api_url() {
+    let server = MockServer::start().await;
+    no_statuses_yet(
+        &server,
+        &format!("/api/v3/repos/acme/web/commits/{SHA}/statuses"),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/api/v3/repos/acme/web/statuses/{SHA}")))
+        .and(header("authorization", "Bearer tok-123"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    post_once(
+        provider(Provider::Github, &server, "/api/v3", "acme/web"),
+        &facts("web"),
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn gitea_posts_the_documented_request() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/api/v1/repos/acme/web/statuses/{SHA}")).await;
+    Mock::given(method("POST"))
+        .and(path(format!("/api/v1/repos/acme/web/statuses/{SHA}")))
+        .and(header("authorization", "token tok-123"))
+        .and(header("content-type", "application/json"))
+        .and(header("user-agent", user_agent().as_str()))
+        .and(body_json(json!({
+            "state": "error",
+            "description": "source unavailable: boom",
+            "context": "driftless/web",
+        })))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let f = Facts {
+        in_force_error: Some("source unavailable: boom".into()),
+        ..facts("web")
+    };
+    post_once(provider(Provider::Gitea, &server, "", "acme/web"), &f, None).await;
+}
+
+#[tokio::test]
+async fn gitlab_posts_the_documented_request_with_its_own_states() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!(
+            "/api/v4/projects/group%2Fsub%2Fproj/repository/commits/{SHA}/statuses"
+        )))
+        .and(query_param("name", "driftless/web"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!(
+            "/api/v4/projects/group%2Fsub%2Fproj/statuses/{SHA}"
+        )))
+        .and(header("private-token", "tok-123"))
+        .and(header("content-type", "application/json"))
+        .and(header("user-agent", user_agent().as_str()))
+        .and(body_json(json!({
+            "state": "running",
+            "name": "driftless/web",
+            "description": "applying 3 objects",
+        })))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let f = Facts {
+        applying: true,
+        ..facts("web")
+    };
+    post_once(
+        provider(Provider::Gitlab, &server, "", "group/sub/proj"),
+        &f,
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bitbucket_posts_the_documented_request_with_a_short_key_and_a_url() {
+    let server = MockServer::start().await;
+    let long_app = "a-very-long-application-name-that-does-not-fit";
+    let context = format!("driftless/{long_app}");
+    let key = report::bitbucket_key(&context);
+    assert_eq!(key.len(), 40);
+    Mock::given(method("GET"))
+        .and(path(format!(
+            "/2.0/repositories/ws/repo/commit/{SHA}/statuses/build/{key}"
+        )))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!(
+            "/2.0/repositories/ws/repo/commit/{SHA}/statuses/build"
+        )))
+        .and(header("authorization", "Bearer tok-123"))
+        .and(header("content-type", "application/json"))
+        .and(header("user-agent", user_agent().as_str()))
+        .and(body_json(json!({
+            "key": key,
+            "state": "FAILED",
+            "name": context,
+            "url": format!("https://bitbucket.org/ws/repo/commits/{SHA}"),
+            "description": "applied 3 objects, degraded",
+        })))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let f = Facts {
+        health: Health::Degraded,
+        ..facts(long_app)
+    };
+    post_once(
+        provider(Provider::Bitbucket, &server, "", "ws/repo"),
+        &f,
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bitbucket_app_passwords_use_basic_auth() {
+    install_crypto();
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    // base64("deploy:tok-123")
+    Mock::given(method("POST"))
+        .and(header("authorization", "Basic ZGVwbG95OnRvay0xMjM="))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let p = HttpProvider::new(
+        Provider::Bitbucket,
+        Some(&server.uri()),
+        "ws/repo",
+        SecretString::from("tok-123"),
+        Some("deploy".into()),
+    )
+    .unwrap();
+    post_once(Arc::new(p), &facts("web"), None).await;
+}
+
+#[tokio::test]
+async fn many_reconciles_of_the_same_state_post_once() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/acme/web/statuses/{SHA}")))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(
+        provider(Provider::Github, &server, "", "acme/web"),
+        None,
+        queue.clone(),
+    );
+    let mut writer = Writer::new(queue.clone(), None);
+    for _ in 0..50 {
+        reporter.observe(&facts("web"));
+        writer.flush().await;
+    }
+    // A real change posts again, once.
+    for _ in 0..10 {
+        reporter.observe(&Facts {
+            out_of_sync: 1,
+            ..facts("web")
+        });
+        writer.flush().await;
+    }
+}
+
+#[tokio::test]
+async fn a_restart_reads_the_latest_status_and_does_not_repost() {
+    let server = MockServer::start().await;
+    // The provider already shows this exact status (newest first, another context too).
+    Mock::given(method("GET"))
+        .and(path(format!("/repos/acme/web/commits/{SHA}/statuses")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([
+            {"id": 9, "state": "success", "description": "other", "context": "ci/build"},
+            {"id": 7, "state": "success", "description": "synced 3 objects, healthy", "context": "driftless/web"},
+            {"id": 5, "state": "pending", "description": "applying 3 objects", "context": "driftless/web"},
+        ])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(0)
+        .mount(&server)
+        .await;
+    post_once(
+        provider(Provider::Github, &server, "", "acme/web"),
+        &facts("web"),
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn gitlab_restart_check_filters_by_name_and_follows_pagination() {
+    let server = MockServer::start().await;
+    let list = format!("/api/v4/projects/7/repository/commits/{SHA}/statuses");
+    Mock::given(method("GET"))
+        .and(path(list.clone()))
+        .and(query_param("name", "driftless/web"))
+        .and(query_param("all", "true"))
+        .and(query_param("page", "2"))
+        .respond_with(ResponseTemplate::new(200).insert_header("x-next-page", "").set_body_json(json!([
+            {"id": 31, "status": "success", "name": "driftless/web", "description": "synced 3 objects, healthy"},
+        ])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(list))
+        .and(query_param("name", "driftless/web"))
+        .respond_with(ResponseTemplate::new(200).insert_header("x-next-page", "2").set_body_json(json!([
+            {"id": 12, "status": "running", "name": "driftless/web", "description": "applying 3 objects"},
+        ])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(0)
+        .mount(&server)
+        .await;
+    post_once(
+        provider(Provider::Gitlab, &server, "", "7"),
+        &facts("web"),
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_and_429_waits_for_retry_after() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = attempts.clone();
+    Mock::given(method("POST"))
+        .respond_with(move |_: &Request| {
+            match seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => ResponseTemplate::new(500),
+                1 => ResponseTemplate::new(429).insert_header("retry-after", "1"),
+                _ => ResponseTemplate::new(201),
+            }
+        })
+        .expect(3)
+        .mount(&server)
+        .await;
+    let metrics = Arc::new(Metrics::new());
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(
+        provider(Provider::Github, &server, "", "acme/web"),
+        None,
+        queue.clone(),
+    );
+    reporter.observe(&facts("web"));
+    let mut writer = Writer::new(queue, Some(metrics.clone()));
+    writer.retry_base = Duration::from_millis(10);
+    let start = Instant::now();
+    writer.flush().await;
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 was honoured"
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains(
+            "driftless_commit_status_requests_total{provider=\"github\",result=\"retry\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "driftless_commit_status_requests_total{provider=\"github\",result=\"success\"} 1"
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_422_cap_stops_posting_for_that_commit_and_context() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(422).set_body_json(json!({
+            "message": "Validation Failed",
+            "errors": [{"resource": "Status", "code": "custom", "message": "This SHA and context has reached the maximum number of statuses."}],
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let metrics = Arc::new(Metrics::new());
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(
+        provider(Provider::Github, &server, "", "acme/web"),
+        None,
+        queue.clone(),
+    );
+    let mut writer = Writer::new(queue, Some(metrics.clone()));
+    reporter.observe(&facts("web"));
+    writer.flush().await;
+    // New states for the same pair are not posted any more.
+    reporter.observe(&Facts {
+        out_of_sync: 2,
+        ..facts("web")
+    });
+    writer.flush().await;
+    assert!(metrics.encode().contains("result=\"capped\"} 1"));
+}
+
+#[tokio::test]
+async fn unicode_descriptions_are_cut_to_140_characters() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let f = Facts {
+        in_force_error: Some("ü😀".repeat(100)),
+        ..facts("web")
+    };
+    post_once(
+        provider(Provider::Github, &server, "", "acme/web"),
+        &f,
+        None,
+    )
+    .await;
+    let requests = server.received_requests().await.unwrap();
+    let post = requests
+        .iter()
+        .find(|r| r.method.as_str() == "POST")
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&post.body).unwrap();
+    let d = body["description"].as_str().unwrap();
+    assert_eq!(d.chars().count(), 140);
+    assert!(d.ends_with('…'));
+}
+
+#[tokio::test]
+async fn other_client_errors_are_not_retried_and_never_show_the_token() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(401).set_body_json(json!({"message": "Bad credentials"})),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let p = provider(Provider::Github, &server, "", "acme/web");
+    let err = p
+        .post(&report::CommitStatus {
+            sha: SHA.into(),
+            context: "driftless/web".into(),
+            state: report::State::Success,
+            description: "x".into(),
+            target_url: None,
+        })
+        .await
+        .unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(
+        text.contains("401") && text.contains("Bad credentials"),
+        "{text}"
+    );
+    assert!(!text.contains("tok-123"), "{text}");
+}

@@ -1,0 +1,593 @@
+//! The HTTP server of the running agent (the real binary): health, readiness, metrics, the
+//! JSON API, manual syncs and signed webhooks; and commit statuses posted end to end to a
+//! provider played by an in-process server that checks every request.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Env, configmap};
+use hmac::{KeyInit, Mac};
+use serde_json::{Value, json};
+use wiremock::matchers::{header, method, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+fn hex_hmac(secret: &str, body: &[u8]) -> String {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A project with webhooks and a sync token; the app polls hourly, so anything applied soon
+/// was triggered.
+fn hooked_env() -> Env {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("gitlab.token"), "gl-secret\n").unwrap();
+    env.server_config(
+        "server:\n  listen: \"127.0.0.1:0\"\n  token: {env: DRIFTLESS_TEST_TOKEN}\n  webhooks:\n    github: {secret: {env: DRIFTLESS_TEST_GH}}\n    gitea: {secret: {env: DRIFTLESS_TEST_GITEA}}\n    gitlab: {secret: {file: gitlab.token}}\n",
+    );
+    env
+}
+
+fn start(env: &Env) -> (common::Agent, String) {
+    let agent = env.agent_with_env(&[
+        ("DRIFTLESS_TEST_TOKEN", "sync-token"),
+        ("DRIFTLESS_TEST_GH", "gh-secret"),
+        ("DRIFTLESS_TEST_GITEA", "gitea-secret"),
+    ]);
+    let addr = env.http_addr();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    (agent, format!("http://{addr}"))
+}
+
+/// Commits a change to `a` and returns the new head.
+fn new_commit(env: &Env, value: &str) -> String {
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", value)]));
+    env.repo.commit(value)
+}
+
+fn applied(env: &Env, value: &str) -> bool {
+    env.get("configmap", "a")
+        .is_some_and(|a| a["data"]["k"] == value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_api_and_status_pages() {
+    let env = hooked_env();
+    let (_agent, base) = start(&env);
+    let c = client();
+    let get = |p: &str| c.get(format!("{base}{p}")).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    env.wait("ready", Duration::from_secs(30), || true);
+    let ready = get("/readyz").await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let apps: Value = get("/api/v1/apps").await.unwrap().json().await.unwrap();
+    assert_eq!(apps["apps"][0]["name"], "demo");
+    assert_eq!(apps["apps"][0]["sync"], "Synced");
+    let one = get("/api/v1/apps/demo").await.unwrap();
+    assert_eq!(one.status(), 200);
+    let one: Value = one.json().await.unwrap();
+    for key in [
+        "revision",
+        "lastAttemptedRevision",
+        "sync",
+        "health",
+        "outOfSyncSince",
+        "conditions",
+        "resources",
+        "diagnostics",
+    ] {
+        assert!(one.get(key).is_some(), "{key}: {one}");
+    }
+    assert_eq!(get("/api/v1/apps/nope").await.unwrap().status(), 404);
+    let page = get("/apps/demo").await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains("<h1>demo</h1>") && page.contains("ConfigMap default/a"),
+        "{page}"
+    );
+    let index = get("/").await.unwrap().text().await.unwrap();
+    assert!(index.contains("href=\"apps/demo\""), "{index}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_sync_needs_the_bearer_token() {
+    let env = hooked_env();
+    let (_agent, base) = start(&env);
+    let c = client();
+    let url = format!("{base}/api/v1/apps/demo/sync");
+    let head = new_commit(&env, "manual");
+    assert_eq!(c.post(&url).send().await.unwrap().status(), 401);
+    assert_eq!(
+        c.post(&url)
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        c.post(format!("{base}/api/v1/apps/nope/sync"))
+            .bearer_auth("sync-token")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert!(
+        !applied(&env, "manual"),
+        "nothing triggered without the token"
+    );
+    let ok = c.post(&url).bearer_auth("sync-token").send().await.unwrap();
+    assert_eq!(ok.status(), 202);
+    env.wait("the manual sync", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    assert!(applied(&env, "manual"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_webhooks_are_verified_and_trigger_a_fetch() {
+    let env = hooked_env();
+    let (_agent, base) = start(&env);
+    let c = client();
+    let url = format!("{base}/webhooks/github");
+    let head = new_commit(&env, "pushed");
+    let body = serde_json::to_vec(&json!({
+        "ref": "refs/heads/main",
+        "repository": {"clone_url": env.repo.url(), "default_branch": "main"},
+    }))
+    .unwrap();
+    let send = |sig: Option<String>, event: &str, body: Vec<u8>| {
+        let mut r = c
+            .post(&url)
+            .header("X-GitHub-Event", event)
+            .header("Content-Type", "application/json")
+            .body(body);
+        if let Some(s) = sig {
+            r = r.header("X-Hub-Signature-256", s);
+        }
+        r.send()
+    };
+    // Missing, wrong and malformed signatures: 401, nothing triggered.
+    assert_eq!(
+        send(None, "push", body.clone()).await.unwrap().status(),
+        401
+    );
+    assert_eq!(
+        send(
+            Some(format!("sha256={}", hex_hmac("wrong", &body))),
+            "push",
+            body.clone()
+        )
+        .await
+        .unwrap()
+        .status(),
+        401
+    );
+    assert_eq!(
+        send(Some("sha256=zz".into()), "push", body.clone())
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        send(Some(hex_hmac("gh-secret", &body)), "push", body.clone())
+            .await
+            .unwrap()
+            .status(),
+        401,
+        "the sha256= prefix is part of the format"
+    );
+    // Another event, signed: 202, ignored.
+    let ping = br#"{"zen": "hi"}"#.to_vec();
+    let r = send(
+        Some(format!("sha256={}", hex_hmac("gh-secret", &ping))),
+        "ping",
+        ping,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+    // A push for another branch: accepted, triggers nothing.
+    let other = serde_json::to_vec(&json!({"ref": "refs/heads/dev", "repository": {"clone_url": env.repo.url(), "default_branch": "main"}})).unwrap();
+    let r = send(
+        Some(format!("sha256={}", hex_hmac("gh-secret", &other))),
+        "push",
+        other,
+    )
+    .await
+    .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v, json!({"triggered": []}));
+    assert!(!applied(&env, "pushed"));
+    // The real thing.
+    let r = send(
+        Some(format!("sha256={}", hex_hmac("gh-secret", &body))),
+        "push",
+        body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"triggered": ["demo"]})
+    );
+    env.wait("the webhook's fetch", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    // Bodies over 1 MiB: 413.
+    let huge = vec![b' '; (1 << 20) + 1];
+    let r = send(
+        Some(format!("sha256={}", hex_hmac("gh-secret", &huge))),
+        "push",
+        huge,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 413);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_and_gitlab_webhooks_are_verified_and_trigger_a_fetch() {
+    let env = hooked_env();
+    let (_agent, base) = start(&env);
+    let c = client();
+    // Gitea: hex HMAC without prefix.
+    let head = new_commit(&env, "gitea");
+    let body = serde_json::to_vec(&json!({"ref": "refs/heads/main", "repository": {"clone_url": env.repo.url(), "default_branch": "main"}})).unwrap();
+    let gitea = |sig: &str, event: &str, body: Vec<u8>| {
+        c.post(format!("{base}/webhooks/gitea"))
+            .header("X-Gitea-Event", event)
+            .header("X-Gitea-Signature", sig)
+            .body(body)
+            .send()
+    };
+    assert_eq!(
+        gitea(&hex_hmac("nope", &body), "push", body.clone())
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        gitea(&hex_hmac("gitea-secret", &body), "issues", body.clone())
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert_eq!(
+        gitea(&hex_hmac("gitea-secret", &body), "push", body.clone())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    env.wait("the gitea webhook's fetch", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    // GitLab: the token itself, read from a file.
+    let head = new_commit(&env, "gitlab");
+    let body = serde_json::to_vec(&json!({"ref": "refs/heads/main", "project": {"git_http_url": env.repo.url(), "default_branch": "main"}})).unwrap();
+    let gitlab = |token: Option<&str>, event: &str| {
+        let mut r = c
+            .post(format!("{base}/webhooks/gitlab"))
+            .header("X-Gitlab-Event", event)
+            .body(body.clone());
+        if let Some(t) = token {
+            r = r.header("X-Gitlab-Token", t);
+        }
+        r.send()
+    };
+    assert_eq!(gitlab(None, "Push Hook").await.unwrap().status(), 401);
+    assert_eq!(
+        gitlab(Some("gl-secret-but-longer"), "Push Hook")
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        gitlab(Some("gl-secret"), "Merge Request Hook")
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    assert!(!applied(&env, "gitlab"));
+    assert_eq!(
+        gitlab(Some("gl-secret"), "Push Hook")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    env.wait(
+        "the gitlab webhook's fetch",
+        Duration::from_secs(30),
+        || env.status()["revision"] == head,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_without_a_secret_are_not_served() {
+    let env = Env::new();
+    let agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    let r = client()
+        .post(format!("{base}/webhooks/github"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client()
+        .post(format!("{base}/api/v1/apps/demo/sync"))
+        .bearer_auth("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "no server.token: manual syncs are off");
+    drop(agent);
+}
+
+fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_present_and_the_gap_age_grows_while_out_of_sync() {
+    let env = Env::with_sync("      selfHeal: false\n");
+    let _agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let c = client();
+    let scrape = || async {
+        c.get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let text = scrape().await;
+    for name in [
+        "driftless_app_info{",
+        "driftless_app_resources{app=\"demo\",sync=\"Synced\"} 2",
+        "driftless_reconcile_duration_seconds_count{app=\"demo\"}",
+        "driftless_source_fetch_duration_seconds_count{app=\"demo\"}",
+        "driftless_source_fetch_errors_total{app=\"demo\"} 0",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert_eq!(
+        metric(&text, "driftless_app_out_of_sync_seconds{app=\"demo\"}"),
+        Some(0.0)
+    );
+    // Drift, not reverted (detect-only): the gap opens and its age grows.
+    env.put(&configmap("a", &[("k", "by hand")]));
+    env.wait("OutOfSync", Duration::from_secs(30), || {
+        env.status()["sync"] == "OutOfSync"
+    });
+    let first = metric(
+        &scrape().await,
+        "driftless_app_out_of_sync_seconds{app=\"demo\"}",
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let text = scrape().await;
+    let later = metric(&text, "driftless_app_out_of_sync_seconds{app=\"demo\"}").unwrap();
+    assert!(later >= first + 1.0, "{first} then {later}");
+    assert!(
+        text.contains("driftless_app_resources{app=\"demo\",sync=\"OutOfSync\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sync=\"OutOfSync\",health=\"Healthy\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_reverted_is_counted() {
+    let env = Env::new();
+    let _agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    env.put(&configmap("a", &[("k", "drift")]));
+    env.wait("revert", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let c = client();
+    let mut count = None;
+    for _ in 0..50 {
+        let text = c
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        count = metric(&text, "driftless_drift_reverted_total{app=\"demo\"}");
+        if count == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_posts_commit_statuses_pending_then_success_and_errors_on_bad_commits() {
+    let github = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex(
+            r"^/repos/acme/web/commits/[0-9a-f]{40}/statuses$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&github)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
+        .and(header("authorization", "Bearer gh-token"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&github)
+        .await;
+    let env = Env::with_options("1s", "");
+    env.server_config(
+        "server:\n  listen: \"127.0.0.1:0\"\n  externalUrl: https://drift.example.com\n",
+    );
+    env.app_config(&format!(
+        "    status:\n      provider: github\n      apiUrl: {}\n      repository: acme/web\n      token: {{env: DRIFTLESS_TEST_GH_TOKEN}}\n",
+        github.uri()
+    ));
+    let first = env.repo.head();
+    let agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "gh-token")]);
+    let posts = || async {
+        github
+            .received_requests()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.method.as_str() == "POST")
+            .map(|r| {
+                let sha = r.url.path().rsplit('/').next().unwrap().to_string();
+                let body: Value = serde_json::from_slice(&r.body).unwrap();
+                (sha, body)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        seen = posts().await;
+        if seen.iter().any(|(_, b)| b["state"] == "success") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let states: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(s, b)| (s.as_str(), b["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![(first.as_str(), "pending"), (first.as_str(), "success")],
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen[1].1,
+        json!({
+            "state": "success",
+            "description": "synced 2 objects, healthy",
+            "context": "driftless/demo",
+            "target_url": "https://drift.example.com/apps/demo",
+        })
+    );
+    // A bad commit: an error status on it naming the first diagnostic; nothing new on the
+    // revision in force, which stays applied and healthy.
+    env.repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  labels: {a: \"1\", a: \"2\"}\n",
+    );
+    let bad = env.repo.commit("bad");
+    let mut error = None;
+    for _ in 0..300 {
+        error = posts().await.into_iter().find(|(s, _)| *s == bad);
+        if error.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, body) = error.expect("an error status on the bad commit");
+    assert_eq!(body["state"], "error");
+    assert_eq!(
+        body["description"],
+        "invalid manifest app/bad.yaml:5:20: duplicate key `a`"
+    );
+    // Several more polls of the same bad commit post nothing more.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(posts().await.len(), 3, "{:?}", posts().await);
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0));
+    assert!(!log.contains("gh-token"), "the token is never logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sync_command_posts_its_statuses_before_it_exits() {
+    let gitea = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex(
+            r"^/api/v1/repos/acme/web/statuses/[0-9a-f]{40}$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&gitea)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(
+            r"^/api/v1/repos/acme/web/statuses/[0-9a-f]{40}$",
+        ))
+        .and(header("authorization", "token gitea-token"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&gitea)
+        .await;
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("gitea.token"), "gitea-token\n").unwrap();
+    env.app_config(&format!(
+        "    status:\n      provider: gitea\n      apiUrl: {}\n      repository: acme/web\n      token: {{file: gitea.token}}\n",
+        gitea.uri()
+    ));
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let posted: Vec<Value> = gitea
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let states: Vec<&str> = posted
+        .iter()
+        .map(|b| b["state"].as_str().unwrap())
+        .collect();
+    // The writer runs after the pass, and only the newest status per commit is posted.
+    assert_eq!(states, vec!["success"], "{posted:?}");
+    // A missing token is an error naming its config key, before anything is done.
+    let env2 = Env::new();
+    env2.app_config("    status: {provider: github, repository: acme/web, token: {env: DRIFTLESS_TEST_NOT_SET}}\n");
+    let out = env2.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains(
+            "apps[0].status.token: the environment variable `DRIFTLESS_TEST_NOT_SET` is not set"
+        ),
+        "{}",
+        common::stderr(&out)
+    );
+}
