@@ -591,3 +591,37 @@ async fn the_sync_command_posts_its_statuses_before_it_exits() {
         common::stderr(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_git_host_never_delays_syncs() {
+    // Every request to the "Git host" takes a minute.
+    let slow = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(
+            ResponseTemplate::new(201)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_secs(60)),
+        )
+        .mount(&slow)
+        .await;
+    let env = Env::new();
+    env.app_config(&format!(
+        "    status:\n      provider: github\n      apiUrl: {}\n      repository: acme/web\n      token: {{env: DRIFTLESS_TEST_GH_TOKEN}}\n",
+        slow.uri()
+    ));
+    let _agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "t")]);
+    env.wait(
+        "first sync despite the host",
+        Duration::from_secs(20),
+        || env.status()["sync"] == "Synced",
+    );
+    env.put(&configmap("a", &[("k", "drift")]));
+    env.wait("revert despite the host", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    assert!(
+        !slow.received_requests().await.unwrap().is_empty(),
+        "the writer did try"
+    );
+}
