@@ -1,10 +1,23 @@
 //! Health: how well a live object is doing, and the worst of an app's objects.
 //!
-//! The built-in rules today are the baseline of issue 2: an object that is declared but absent
-//! from the store is `Missing`; every present object is `Healthy`. Per-kind rules (Deployment,
-//! Job, Pod...) come with the health work; the ordering and the app-level rule are final.
+//! The built-in rules follow Argo CD's gitops-engine (`pkg/health`), so that driftless reaches
+//! the verdicts of that project's own test data (`tests/data/conformance/gitops-engine/health`):
+//! Deployment, StatefulSet, DaemonSet, ReplicaSet, Pod, Job, PersistentVolumeClaim, Service,
+//! Ingress, HorizontalPodAutoscaler and APIService. Every other kind gets kstatus-style generic
+//! rules (sigs.k8s.io/cli-utils `kstatus`): `status.observedGeneration` behind
+//! `metadata.generation` is Progressing; a `Stalled` or `Failed` condition that is True is
+//! Degraded; `Reconciling=True`, `Ready=False` or `Available=False` is Progressing; `Ready=True`
+//! or `Available=True` is Healthy; `spec.suspend` or `spec.paused` is Suspended; an object with
+//! no status conventions is Healthy. An object being deleted (`metadata.deletionTimestamp`) is
+//! Progressing, whatever its kind. Custom rules ([`CustomRules`]) written in CEL come first,
+//! per group and kind, in the spirit of Flux's `healthCheckExprs`.
+//!
+//! Pure: no I/O.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::object::Object;
 
@@ -17,7 +30,7 @@ pub enum Health {
     Healthy,
     /// Deliberately paused (`spec.suspend`, `spec.paused`).
     Suspended,
-    /// Not there yet, within its deadline.
+    /// Not there yet.
     Progressing,
     /// Declared but absent from the store.
     Missing,
@@ -33,11 +46,21 @@ impl std::fmt::Display for Health {
     }
 }
 
-/// The health of a declared object given its live copy (`None` when absent).
-pub fn assess(live: Option<&Object>) -> Health {
-    match live {
-        None => Health::Missing,
-        Some(_) => Health::Healthy,
+/// A health verdict and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assessment {
+    /// The verdict.
+    pub health: Health,
+    /// A sentence for people (may be empty).
+    pub message: String,
+}
+
+impl Assessment {
+    fn new(health: Health, message: impl Into<String>) -> Self {
+        Self {
+            health,
+            message: message.into(),
+        }
     }
 }
 
@@ -46,9 +69,654 @@ pub fn worst(healths: impl IntoIterator<Item = Health>) -> Health {
     healths.into_iter().max().unwrap_or(Health::Healthy)
 }
 
+/// Assesses a declared object given its live copy (`None` when absent: `Missing`), with the
+/// custom rules first and the built-in rules otherwise.
+pub fn assess(live: Option<&Object>, rules: &CustomRules) -> Assessment {
+    let Some(obj) = live else {
+        return Assessment::new(Health::Missing, "not in the store");
+    };
+    if obj
+        .metadata()
+        .get("deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Assessment::new(Health::Progressing, "Pending deletion");
+    }
+    if let Some(a) = rules.assess(obj) {
+        return a;
+    }
+    builtin(obj)
+}
+
+/// The built-in rules alone (no custom rules).
+pub fn builtin(obj: &Object) -> Assessment {
+    let group = obj.group();
+    match (group, obj.kind()) {
+        ("apps" | "extensions", "Deployment") => deployment(obj),
+        ("apps", "StatefulSet") => statefulset(obj),
+        ("apps" | "extensions", "DaemonSet") => daemonset(obj),
+        ("apps" | "extensions", "ReplicaSet") => replicaset(obj),
+        ("", "Pod") => pod(obj),
+        ("batch", "Job") => job(obj),
+        ("", "PersistentVolumeClaim") => pvc(obj),
+        ("", "Service") => service(obj),
+        ("networking.k8s.io" | "extensions", "Ingress") => ingress(obj),
+        ("autoscaling", "HorizontalPodAutoscaler") => hpa(obj),
+        ("apiregistration.k8s.io", "APIService") => apiservice(obj),
+        _ => generic(obj),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field access.
+
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |cur, k| cur.get(*k))
+}
+
+fn field<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    at(obj.get(first)?, rest)
+}
+
+fn int(obj: &Object, path: &[&str]) -> Option<i64> {
+    field(obj, path).and_then(Value::as_i64)
+}
+
+fn int0(obj: &Object, path: &[&str]) -> i64 {
+    int(obj, path).unwrap_or(0)
+}
+
+fn string<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a str> {
+    field(obj, path).and_then(Value::as_str)
+}
+
+fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
+    field(obj, &["status", "conditions"])
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default()
+}
+
+fn condition<'a>(conds: &[&'a Map<String, Value>], type_: &str) -> Option<&'a Map<String, Value>> {
+    conds
+        .iter()
+        .copied()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}
+
+fn cstr<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
+    c.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `status.observedGeneration` has caught up with `metadata.generation`.
+fn observed(obj: &Object) -> bool {
+    obj.generation() as i64 <= int0(obj, &["status", "observedGeneration"])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Built-in rules (after gitops-engine pkg/health).
+
+fn deployment(obj: &Object) -> Assessment {
+    if field(obj, &["spec", "paused"]).and_then(Value::as_bool) == Some(true) {
+        return Assessment::new(Health::Suspended, "Deployment is paused");
+    }
+    if !observed(obj) {
+        return Assessment::new(
+            Health::Progressing,
+            "Waiting for rollout to finish: observed deployment generation less than desired generation",
+        );
+    }
+    let conds = conditions(obj);
+    if let Some(c) = condition(&conds, "Progressing")
+        && cstr(c, "reason") == "ProgressDeadlineExceeded"
+    {
+        return Assessment::new(
+            Health::Degraded,
+            format!("Deployment {:?} exceeded its progress deadline", obj.name()),
+        );
+    }
+    let updated = int0(obj, &["status", "updatedReplicas"]);
+    let replicas = int0(obj, &["status", "replicas"]);
+    let available = int0(obj, &["status", "availableReplicas"]);
+    if let Some(want) = int(obj, &["spec", "replicas"])
+        && updated < want
+    {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for rollout to finish: {updated} out of {want} new replicas have been updated..."
+            ),
+        );
+    }
+    if replicas > updated {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for rollout to finish: {} old replicas are pending termination...",
+                replicas - updated
+            ),
+        );
+    }
+    if available < updated {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for rollout to finish: {available} of {updated} updated replicas are available..."
+            ),
+        );
+    }
+    Assessment::new(Health::Healthy, "")
+}
+
+fn statefulset(obj: &Object) -> Assessment {
+    let observed_gen = int0(obj, &["status", "observedGeneration"]);
+    if observed_gen == 0 || obj.generation() as i64 > observed_gen {
+        return Assessment::new(
+            Health::Progressing,
+            "Waiting for statefulset spec update to be observed...",
+        );
+    }
+    let ready = int0(obj, &["status", "readyReplicas"]);
+    if let Some(want) = int(obj, &["spec", "replicas"])
+        && ready < want
+    {
+        return Assessment::new(
+            Health::Progressing,
+            format!("Waiting for {} pods to be ready...", want - ready),
+        );
+    }
+    let strategy = string(obj, &["spec", "updateStrategy", "type"]).unwrap_or("RollingUpdate");
+    if strategy == "OnDelete" {
+        return Assessment::new(
+            Health::Healthy,
+            format!("statefulset has {ready} ready pods"),
+        );
+    }
+    if let Some(partition) = int(
+        obj,
+        &["spec", "updateStrategy", "rollingUpdate", "partition"],
+    ) {
+        let updated = int0(obj, &["status", "updatedReplicas"]);
+        if let Some(want) = int(obj, &["spec", "replicas"])
+            && updated < want - partition
+        {
+            return Assessment::new(
+                Health::Progressing,
+                format!(
+                    "Waiting for partitioned roll out to finish: {updated} out of {} new pods have been updated...",
+                    want - partition
+                ),
+            );
+        }
+        return Assessment::new(
+            Health::Healthy,
+            format!("partitioned roll out complete: {updated} new pods have been updated..."),
+        );
+    }
+    let current = string(obj, &["status", "currentRevision"]).unwrap_or("");
+    let update = string(obj, &["status", "updateRevision"]).unwrap_or("");
+    if update != current {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "waiting for statefulset rolling update to complete {} pods at revision {update}...",
+                int0(obj, &["status", "updatedReplicas"])
+            ),
+        );
+    }
+    Assessment::new(
+        Health::Healthy,
+        format!(
+            "statefulset rolling update complete {} pods at revision {current}...",
+            int0(obj, &["status", "currentReplicas"])
+        ),
+    )
+}
+
+fn daemonset(obj: &Object) -> Assessment {
+    if !observed(obj) {
+        return Assessment::new(
+            Health::Progressing,
+            "Waiting for rollout to finish: observed daemon set generation less than desired generation",
+        );
+    }
+    let desired = int0(obj, &["status", "desiredNumberScheduled"]);
+    let updated = int0(obj, &["status", "updatedNumberScheduled"]);
+    let available = int0(obj, &["status", "numberAvailable"]);
+    if string(obj, &["spec", "updateStrategy", "type"]) == Some("OnDelete") {
+        return Assessment::new(
+            Health::Healthy,
+            format!("daemon set {updated} out of {desired} new pods have been updated"),
+        );
+    }
+    if updated < desired {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for daemon set {:?} rollout to finish: {updated} out of {desired} new pods have been updated...",
+                obj.name()
+            ),
+        );
+    }
+    if available < desired {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for daemon set {:?} rollout to finish: {available} of {desired} updated pods are available...",
+                obj.name()
+            ),
+        );
+    }
+    Assessment::new(Health::Healthy, "")
+}
+
+fn replicaset(obj: &Object) -> Assessment {
+    if !observed(obj) {
+        return Assessment::new(
+            Health::Progressing,
+            "Waiting for rollout to finish: observed replica set generation less than desired generation",
+        );
+    }
+    let conds = conditions(obj);
+    if let Some(c) = condition(&conds, "ReplicaFailure")
+        && cstr(c, "status") == "True"
+    {
+        return Assessment::new(Health::Degraded, cstr(c, "message"));
+    }
+    let available = int0(obj, &["status", "availableReplicas"]);
+    if let Some(want) = int(obj, &["spec", "replicas"])
+        && available < want
+    {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "Waiting for rollout to finish: {available} out of {want} new replicas are available..."
+            ),
+        );
+    }
+    Assessment::new(Health::Healthy, "")
+}
+
+fn pod(obj: &Object) -> Assessment {
+    let message = string(obj, &["status", "message"])
+        .unwrap_or("")
+        .to_string();
+    let policy = string(obj, &["spec", "restartPolicy"]).unwrap_or("Always");
+    let statuses: Vec<&Value> = field(obj, &["status", "containerStatuses"])
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    if policy == "Always" {
+        // Containers stuck in a failing wait (CrashLoopBackOff, ImagePullBackOff, ErrImagePull...).
+        let failing: Vec<&str> = statuses
+            .iter()
+            .filter_map(|s| at(s, &["state", "waiting"]))
+            .filter(|w| {
+                let reason = w.get("reason").and_then(Value::as_str).unwrap_or("");
+                reason.starts_with("Err")
+                    || reason.ends_with("Error")
+                    || reason.ends_with("BackOff")
+            })
+            .map(|w| w.get("message").and_then(Value::as_str).unwrap_or(""))
+            .collect();
+        if !failing.is_empty() {
+            return Assessment::new(Health::Degraded, failing.join(", "));
+        }
+    }
+    match string(obj, &["status", "phase"]).unwrap_or("") {
+        "Pending" => Assessment::new(Health::Progressing, message),
+        "Succeeded" => Assessment::new(Health::Healthy, message),
+        "Failed" => {
+            if !message.is_empty() {
+                return Assessment::new(Health::Degraded, message);
+            }
+            let terminated: Vec<&str> = statuses
+                .iter()
+                .filter_map(|s| at(s, &["state", "terminated", "message"]).and_then(Value::as_str))
+                .collect();
+            Assessment::new(Health::Degraded, terminated.join(", "))
+        }
+        "Running" => match policy {
+            "Always" => {
+                let conds = conditions(obj);
+                if condition(&conds, "Ready").is_some_and(|c| cstr(c, "status") == "True") {
+                    return Assessment::new(Health::Healthy, message);
+                }
+                if statuses
+                    .iter()
+                    .any(|s| at(s, &["lastState", "terminated"]).is_some())
+                {
+                    return Assessment::new(Health::Degraded, message);
+                }
+                Assessment::new(Health::Progressing, message)
+            }
+            // Pods that run to completion (hooks, jobs' pods) are Progressing while they run.
+            _ => Assessment::new(Health::Progressing, message),
+        },
+        _ => Assessment::new(Health::Unknown, message),
+    }
+}
+
+fn job(obj: &Object) -> Assessment {
+    let (mut complete, mut failed, mut suspended) = (false, false, false);
+    let (mut message, mut fail_message) = (String::new(), String::new());
+    for c in conditions(obj) {
+        match cstr(c, "type") {
+            "Failed" => {
+                failed = true;
+                complete = true;
+                fail_message = cstr(c, "message").to_string();
+            }
+            "Complete" => {
+                complete = true;
+                message = cstr(c, "message").to_string();
+            }
+            "Suspended" => {
+                complete = true;
+                message = cstr(c, "message").to_string();
+                if cstr(c, "status") == "True" {
+                    suspended = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    if !complete {
+        Assessment::new(Health::Progressing, message)
+    } else if failed {
+        Assessment::new(Health::Degraded, fail_message)
+    } else if suspended {
+        Assessment::new(Health::Suspended, message)
+    } else {
+        Assessment::new(Health::Healthy, message)
+    }
+}
+
+fn pvc(obj: &Object) -> Assessment {
+    match string(obj, &["status", "phase"]).unwrap_or("") {
+        "Lost" => Assessment::new(Health::Degraded, ""),
+        "Pending" => Assessment::new(Health::Progressing, ""),
+        "Bound" => Assessment::new(Health::Healthy, ""),
+        _ => Assessment::new(Health::Unknown, "no status.phase"),
+    }
+}
+
+fn has_ingress_points(obj: &Object) -> bool {
+    field(obj, &["status", "loadBalancer", "ingress"])
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+}
+
+fn service(obj: &Object) -> Assessment {
+    if string(obj, &["spec", "type"]) == Some("LoadBalancer") && !has_ingress_points(obj) {
+        return Assessment::new(
+            Health::Progressing,
+            "Waiting for the load balancer to get an address",
+        );
+    }
+    Assessment::new(Health::Healthy, "")
+}
+
+fn ingress(obj: &Object) -> Assessment {
+    if has_ingress_points(obj) {
+        Assessment::new(Health::Healthy, "")
+    } else {
+        Assessment::new(
+            Health::Progressing,
+            "Waiting for the ingress to get an address",
+        )
+    }
+}
+
+fn hpa(obj: &Object) -> Assessment {
+    // autoscaling/v1 keeps its conditions in an annotation.
+    let conds: Vec<Map<String, Value>> = if obj.version() == "v1" {
+        obj.metadata()
+            .get("annotations")
+            .and_then(|a| a.get("autoscaling.alpha.kubernetes.io/conditions"))
+            .and_then(Value::as_str)
+            .and_then(|s| serde_json::from_str::<Vec<Map<String, Value>>>(s).ok())
+            .unwrap_or_default()
+    } else {
+        conditions(obj).into_iter().cloned().collect()
+    };
+    const DEGRADED: &[(&str, &str)] = &[
+        ("AbleToScale", "FailedGetScale"),
+        ("AbleToScale", "FailedUpdateScale"),
+        ("ScalingActive", "FailedGetResourceMetric"),
+        ("ScalingActive", "InvalidSelector"),
+    ];
+    for c in &conds {
+        let pair = (cstr(c, "type"), cstr(c, "reason"));
+        if DEGRADED.contains(&pair) {
+            return Assessment::new(Health::Degraded, cstr(c, "message"));
+        }
+        // Able to scale, or limited by its bounds: the autoscaler works.
+        if matches!(pair.0, "AbleToScale" | "ScalingLimited") && cstr(c, "status") == "True" {
+            return Assessment::new(Health::Healthy, cstr(c, "message"));
+        }
+    }
+    Assessment::new(Health::Progressing, "Waiting to Autoscale")
+}
+
+fn apiservice(obj: &Object) -> Assessment {
+    let conds = conditions(obj);
+    match condition(&conds, "Available") {
+        Some(c) if cstr(c, "status") == "True" => {
+            Assessment::new(Health::Healthy, cstr(c, "message"))
+        }
+        Some(c) => Assessment::new(
+            Health::Progressing,
+            format!("{}: {}", cstr(c, "reason"), cstr(c, "message")),
+        ),
+        None => Assessment::new(Health::Progressing, "Waiting to be processed"),
+    }
+}
+
+/// kstatus-style rules for kinds without a built-in rule.
+fn generic(obj: &Object) -> Assessment {
+    for flag in ["suspend", "paused"] {
+        if field(obj, &["spec", flag]).and_then(Value::as_bool) == Some(true) {
+            return Assessment::new(Health::Suspended, format!("spec.{flag} is true"));
+        }
+    }
+    if let Some(seen) = int(obj, &["status", "observedGeneration"])
+        && seen < obj.generation() as i64
+    {
+        return Assessment::new(
+            Health::Progressing,
+            format!(
+                "waiting for generation {} to be observed (observed {seen})",
+                obj.generation()
+            ),
+        );
+    }
+    let conds = conditions(obj);
+    for t in ["Stalled", "Failed"] {
+        if let Some(c) = condition(&conds, t)
+            && cstr(c, "status") == "True"
+        {
+            return Assessment::new(Health::Degraded, format!("{t}: {}", cstr(c, "message")));
+        }
+    }
+    if let Some(c) = condition(&conds, "Reconciling")
+        && cstr(c, "status") == "True"
+    {
+        return Assessment::new(Health::Progressing, cstr(c, "message"));
+    }
+    for t in ["Ready", "Available"] {
+        if let Some(c) = condition(&conds, t) {
+            return match cstr(c, "status") {
+                "True" => Assessment::new(Health::Healthy, cstr(c, "message")),
+                _ => Assessment::new(
+                    Health::Progressing,
+                    format!("{t} is {}: {}", cstr(c, "status"), cstr(c, "message")),
+                ),
+            };
+        }
+    }
+    Assessment::new(Health::Healthy, "")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Custom rules in CEL.
+
+/// One custom rule: CEL expressions for a group and kind. Each expression sees the object's
+/// top-level fields as variables (`metadata`, `spec`, `status`, ..., absent ones as `{}`) and
+/// the whole object as `object`, and must give a boolean. They are tried in the order
+/// degraded, healthy, progressing; the first true one gives the health; when none is true the
+/// built-in rules decide.
+#[derive(Clone)]
+pub struct CustomRule {
+    /// API group (empty for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    degraded: Option<(String, Arc<cel::Program>)>,
+    healthy: Option<(String, Arc<cel::Program>)>,
+    progressing: Option<(String, Arc<cel::Program>)>,
+}
+
+/// Errors from compiling a rule.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid CEL expression `{expression}`: {message}")]
+pub struct RuleError {
+    /// The expression.
+    pub expression: String,
+    /// What the CEL parser said.
+    pub message: String,
+}
+
+fn compile(expr: Option<&str>) -> Result<Option<(String, Arc<cel::Program>)>, RuleError> {
+    expr.map(|e| {
+        cel::Program::compile(e)
+            .map(|p| (e.to_string(), Arc::new(p)))
+            .map_err(|err| RuleError {
+                expression: e.to_string(),
+                message: err
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+    })
+    .transpose()
+}
+
+impl CustomRule {
+    /// Compiles a rule.
+    ///
+    /// # Errors
+    ///
+    /// [`RuleError`] when an expression does not parse.
+    pub fn new(
+        group: &str,
+        kind: &str,
+        healthy: Option<&str>,
+        progressing: Option<&str>,
+        degraded: Option<&str>,
+    ) -> Result<Self, RuleError> {
+        Ok(Self {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            degraded: compile(degraded)?,
+            healthy: compile(healthy)?,
+            progressing: compile(progressing)?,
+        })
+    }
+}
+
+/// The custom rules of a config, by group and kind.
+#[derive(Clone, Default)]
+pub struct CustomRules {
+    rules: Vec<CustomRule>,
+}
+
+impl CustomRules {
+    /// Rules from a list (a later rule for the same group and kind is ignored).
+    pub fn new(rules: Vec<CustomRule>) -> Self {
+        Self { rules }
+    }
+
+    /// No custom rules.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The custom verdict for `obj`, or `None` when no rule applies or none of its expressions
+    /// is true. An expression that fails to evaluate or gives a non-boolean is `Unknown`,
+    /// naming the expression.
+    pub fn assess(&self, obj: &Object) -> Option<Assessment> {
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| r.group == obj.group() && r.kind == obj.kind())?;
+        let mut ctx = cel::Context::default();
+        for name in ["metadata", "spec", "status"] {
+            let v = obj.get(name).cloned().unwrap_or(Value::Object(Map::new()));
+            if ctx.add_variable(name, v).is_err() {
+                return Some(Assessment::new(
+                    Health::Unknown,
+                    format!("cannot pass `{name}` to the health rule"),
+                ));
+            }
+        }
+        for (k, v) in obj.as_map() {
+            if !matches!(k.as_str(), "metadata" | "spec" | "status") && is_identifier(k) {
+                let _ = ctx.add_variable(k.as_str(), v.clone());
+            }
+        }
+        let _ = ctx.add_variable("object", Value::from(obj.clone()));
+        for (health, expr) in [
+            (Health::Degraded, &rule.degraded),
+            (Health::Healthy, &rule.healthy),
+            (Health::Progressing, &rule.progressing),
+        ] {
+            let Some((source, program)) = expr else {
+                continue;
+            };
+            match program.execute(&ctx) {
+                Ok(cel::Value::Bool(true)) => {
+                    return Some(Assessment::new(health, format!("custom rule: {source}")));
+                }
+                Ok(cel::Value::Bool(false)) => {}
+                Ok(other) => {
+                    return Some(Assessment::new(
+                        Health::Unknown,
+                        format!("custom rule `{source}` gave {other:?}, not a boolean"),
+                    ));
+                }
+                Err(e) => {
+                    return Some(Assessment::new(
+                        Health::Unknown,
+                        format!("custom rule `{source}` failed: {e}"),
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Object {
+        Object::from_value(v).unwrap()
+    }
+
+    fn h(v: Value) -> Health {
+        assess(Some(&obj(v)), &CustomRules::none()).health
+    }
 
     #[test]
     fn app_health_is_the_worst_in_the_documented_order() {
@@ -62,12 +730,386 @@ mod tests {
     }
 
     #[test]
-    fn absent_objects_are_missing_and_present_ones_healthy() {
-        let o = Object::from_value(
-            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
-        )
-        .unwrap();
-        assert_eq!(assess(None), Health::Missing);
-        assert_eq!(assess(Some(&o)), Health::Healthy);
+    fn absent_objects_are_missing_and_deleting_ones_progressing() {
+        assert_eq!(assess(None, &CustomRules::none()).health, Health::Missing);
+        assert_eq!(
+            h(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+            ),
+            Health::Progressing
+        );
+    }
+
+    #[test]
+    fn deployment_rules() {
+        let d = |spec: Value, status: Value, generation: u64| {
+            h(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "generation": generation}, "spec": spec, "status": status}),
+            )
+        };
+        assert_eq!(
+            d(json!({"replicas": 2}), json!({}), 1),
+            Health::Progressing,
+            "not observed yet"
+        );
+        assert_eq!(
+            d(
+                json!({"replicas": 2}),
+                json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}),
+                1
+            ),
+            Health::Healthy
+        );
+        assert_eq!(
+            d(
+                json!({"replicas": 2}),
+                json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}),
+                1
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            d(
+                json!({"replicas": 2}),
+                json!({"observedGeneration": 1, "replicas": 3, "updatedReplicas": 2, "availableReplicas": 2}),
+                1
+            ),
+            Health::Progressing,
+            "old replicas terminating"
+        );
+        assert_eq!(
+            d(
+                json!({"replicas": 2}),
+                json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}),
+                1
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            d(json!({"replicas": 2, "paused": true}), json!({}), 1),
+            Health::Suspended
+        );
+        assert_eq!(
+            d(
+                json!({}),
+                json!({"observedGeneration": 1, "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}),
+                1
+            ),
+            Health::Degraded
+        );
+    }
+
+    #[test]
+    fn statefulset_daemonset_replicaset_rules() {
+        let sts = |spec: Value, status: Value| {
+            h(
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s", "generation": 1}, "spec": spec, "status": status}),
+            )
+        };
+        assert_eq!(sts(json!({"replicas": 1}), json!({})), Health::Progressing);
+        assert_eq!(
+            sts(
+                json!({"replicas": 2}),
+                json!({"observedGeneration": 1, "readyReplicas": 1})
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            sts(
+                json!({"replicas": 1}),
+                json!({"observedGeneration": 1, "readyReplicas": 1, "currentRevision": "a", "updateRevision": "b"})
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            sts(
+                json!({"replicas": 1}),
+                json!({"observedGeneration": 1, "readyReplicas": 1, "currentRevision": "a", "updateRevision": "a"})
+            ),
+            Health::Healthy
+        );
+        assert_eq!(
+            sts(
+                json!({"replicas": 1, "updateStrategy": {"type": "OnDelete"}}),
+                json!({"observedGeneration": 1, "readyReplicas": 1, "currentRevision": "a", "updateRevision": "b"})
+            ),
+            Health::Healthy
+        );
+        assert_eq!(
+            sts(
+                json!({"replicas": 3, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}}),
+                json!({"observedGeneration": 1, "readyReplicas": 3, "updatedReplicas": 0})
+            ),
+            Health::Progressing
+        );
+        let ds = |status: Value| {
+            h(
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d", "generation": 1}, "status": status}),
+            )
+        };
+        assert_eq!(
+            ds(
+                json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 1, "numberAvailable": 1})
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            ds(
+                json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 1})
+            ),
+            Health::Progressing
+        );
+        assert_eq!(
+            ds(
+                json!({"observedGeneration": 1, "desiredNumberScheduled": 2, "updatedNumberScheduled": 2, "numberAvailable": 2})
+            ),
+            Health::Healthy
+        );
+        let rs = |status: Value| {
+            h(
+                json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "r", "generation": 1}, "spec": {"replicas": 2}, "status": status}),
+            )
+        };
+        assert_eq!(
+            rs(json!({"observedGeneration": 1, "availableReplicas": 2})),
+            Health::Healthy
+        );
+        assert_eq!(
+            rs(json!({"observedGeneration": 1, "availableReplicas": 1})),
+            Health::Progressing
+        );
+        assert_eq!(
+            rs(
+                json!({"observedGeneration": 1, "conditions": [{"type": "ReplicaFailure", "status": "True", "message": "quota"}]})
+            ),
+            Health::Degraded
+        );
+    }
+
+    #[test]
+    fn pod_job_pvc_service_ingress_hpa_apiservice_rules() {
+        let pod = |policy: &str, status: Value| {
+            h(
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"restartPolicy": policy}, "status": status}),
+            )
+        };
+        assert_eq!(
+            pod("Always", json!({"phase": "Pending"})),
+            Health::Progressing
+        );
+        assert_eq!(
+            pod(
+                "Always",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+            ),
+            Health::Healthy
+        );
+        assert_eq!(
+            pod(
+                "Always",
+                json!({"phase": "Running", "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]})
+            ),
+            Health::Degraded
+        );
+        assert_eq!(
+            pod("Never", json!({"phase": "Running"})),
+            Health::Progressing
+        );
+        assert_eq!(pod("Never", json!({"phase": "Succeeded"})), Health::Healthy);
+        assert_eq!(pod("Never", json!({"phase": "Failed"})), Health::Degraded);
+        let job = |conds: Value| {
+            h(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "status": {"conditions": conds}}),
+            )
+        };
+        assert_eq!(job(json!([])), Health::Progressing);
+        assert_eq!(
+            job(json!([{"type": "Complete", "status": "True"}])),
+            Health::Healthy
+        );
+        assert_eq!(
+            job(json!([{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}])),
+            Health::Degraded
+        );
+        assert_eq!(
+            job(json!([{"type": "Suspended", "status": "True"}])),
+            Health::Suspended
+        );
+        let pvc = |phase: &str| {
+            h(
+                json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"}, "status": {"phase": phase}}),
+            )
+        };
+        assert_eq!(
+            (pvc("Bound"), pvc("Pending"), pvc("Lost")),
+            (Health::Healthy, Health::Progressing, Health::Degraded)
+        );
+        let svc = |t: &str, status: Value| {
+            h(
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"type": t}, "status": status}),
+            )
+        };
+        assert_eq!(svc("ClusterIP", json!({})), Health::Healthy);
+        assert_eq!(
+            svc("LoadBalancer", json!({"loadBalancer": {}})),
+            Health::Progressing
+        );
+        assert_eq!(
+            svc(
+                "LoadBalancer",
+                json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}})
+            ),
+            Health::Healthy
+        );
+        let ing = |status: Value| {
+            h(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"}, "status": status}),
+            )
+        };
+        assert_eq!(
+            ing(json!({"loadBalancer": {"ingress": [{"hostname": "x"}]}})),
+            Health::Healthy
+        );
+        assert_eq!(ing(json!({})), Health::Progressing);
+        let hpa = |conds: Value| {
+            h(
+                json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"}, "status": {"conditions": conds}}),
+            )
+        };
+        assert_eq!(
+            hpa(json!([{"type": "AbleToScale", "reason": "FailedGetScale"}])),
+            Health::Degraded
+        );
+        assert_eq!(
+            hpa(json!([{"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"}])),
+            Health::Healthy
+        );
+        assert_eq!(
+            hpa(
+                json!([{"type": "ScalingActive", "status": "True"}, {"type": "ScalingLimited", "status": "False", "reason": "DesiredWithinRange"}])
+            ),
+            Health::Progressing
+        );
+        assert_eq!(hpa(json!([])), Health::Progressing);
+        let api = |status: &str| {
+            h(
+                json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.x"}, "status": {"conditions": [{"type": "Available", "status": status}]}}),
+            )
+        };
+        assert_eq!(
+            (api("True"), api("False")),
+            (Health::Healthy, Health::Progressing)
+        );
+    }
+
+    #[test]
+    fn generic_kstatus_rules() {
+        let g = |v: Value| {
+            let mut base = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "generation": 2}});
+            base.as_object_mut()
+                .unwrap()
+                .extend(v.as_object().unwrap().clone());
+            h(base)
+        };
+        assert_eq!(g(json!({})), Health::Healthy, "no status conventions");
+        assert_eq!(g(json!({"spec": {"suspend": true}})), Health::Suspended);
+        assert_eq!(g(json!({"spec": {"paused": true}})), Health::Suspended);
+        assert_eq!(
+            g(json!({"status": {"observedGeneration": 1}})),
+            Health::Progressing
+        );
+        assert_eq!(
+            g(
+                json!({"status": {"observedGeneration": 2, "conditions": [{"type": "Stalled", "status": "True"}]}})
+            ),
+            Health::Degraded
+        );
+        assert_eq!(
+            g(json!({"status": {"conditions": [{"type": "Failed", "status": "True"}]}})),
+            Health::Degraded
+        );
+        assert_eq!(
+            g(json!({"status": {"conditions": [{"type": "Reconciling", "status": "True"}]}})),
+            Health::Progressing
+        );
+        assert_eq!(
+            g(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})),
+            Health::Progressing
+        );
+        assert_eq!(
+            g(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+            Health::Healthy
+        );
+        assert_eq!(
+            g(json!({"status": {"conditions": [{"type": "Available", "status": "False"}]}})),
+            Health::Progressing
+        );
+    }
+
+    #[test]
+    fn custom_cel_rules_come_first_and_fall_back_to_the_built_in_ones() {
+        let rules = CustomRules::new(vec![
+            CustomRule::new(
+                "example.com",
+                "Widget",
+                Some("status.phase == 'Running'"),
+                Some("has(status.phase) && status.phase == 'Starting'"),
+                Some("has(status.errors) && size(status.errors) > 0"),
+            )
+            .unwrap(),
+        ]);
+        let w = |status: Value| {
+            assess(
+                Some(&obj(
+                    json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "status": status}),
+                )),
+                &rules,
+            )
+        };
+        assert_eq!(w(json!({"phase": "Running"})).health, Health::Healthy);
+        assert_eq!(w(json!({"phase": "Starting"})).health, Health::Progressing);
+        assert_eq!(
+            w(json!({"phase": "Running", "errors": ["x"]})).health,
+            Health::Degraded,
+            "degraded is tried first"
+        );
+        // Nothing true: the built-in (generic) rules decide.
+        assert_eq!(
+            w(json!({"phase": "Other", "conditions": [{"type": "Ready", "status": "False"}]}))
+                .health,
+            Health::Progressing
+        );
+        // Evaluation errors are Unknown and name the expression.
+        let broken = CustomRules::new(vec![
+            CustomRule::new(
+                "example.com",
+                "Widget",
+                Some("status.nope.deeper == 1"),
+                None,
+                None,
+            )
+            .unwrap(),
+        ]);
+        let a = assess(
+            Some(&obj(
+                json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+            )),
+            &broken,
+        );
+        assert_eq!(a.health, Health::Unknown);
+        assert!(
+            a.message.contains("status.nope.deeper == 1"),
+            "{}",
+            a.message
+        );
+        // Other kinds are untouched.
+        let other = assess(
+            Some(&obj(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            )),
+            &rules,
+        );
+        assert_eq!(other.health, Health::Healthy);
+        assert!(CustomRule::new("", "X", Some("(("), None, None).is_err());
     }
 }

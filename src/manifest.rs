@@ -233,12 +233,29 @@ pub struct FileResult {
     pub skipped: usize,
 }
 
+/// How strictly a file is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Declarations from Git: every rule of DESIGN.md section 5; a duplicate key is an error.
+    #[default]
+    Git,
+    /// Objects as a cluster or a store dumped them (`driftless health -f`, `diff --live`):
+    /// a duplicate key is a warning and the last value is used, as Kubernetes' own YAML reader
+    /// does. Every other rule holds.
+    Live,
+}
+
 /// Parses one file: every document becomes an object, a skip with a warning, or an error.
 ///
 /// A file with a YAML syntax error gives one error at the place the parser stopped and no
 /// objects. Invalid UTF-8 is an error naming the byte offset. A leading byte-order mark is
 /// dropped; CRLF line endings are read as LF.
 pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
+    parse_file_with(path, bytes, Mode::Git)
+}
+
+/// [`parse_file`] with a choice of [`Mode`].
+pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
     let mut out = FileResult::default();
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,
@@ -262,7 +279,7 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
             .push(Diagnostic::error(path, line, column, message));
         return out;
     }
-    let docs = match parse_documents(text) {
+    let docs = match parse_documents(text, mode) {
         Ok(docs) => docs,
         Err((line, column, message)) => {
             out.diagnostics
@@ -275,6 +292,7 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
         src: text,
         out: &mut out,
         errors: 0,
+        mode,
     };
     if docs.is_empty() {
         ctx.out.skipped += 1;
@@ -403,9 +421,15 @@ impl<'de> Deserialize<'de> for NodeKind {
 /// Parser options: YAML 1.2 core schema with only `true`/`false` as booleans, duplicate keys
 /// rejected (the default), merge keys applied (the default), and budgets large enough for
 /// generated files of many thousands of objects but still bounded.
-fn yaml_options() -> serde_saphyr::Options {
+fn yaml_options(mode: Mode) -> serde_saphyr::Options {
+    let duplicate_keys = match mode {
+        Mode::Git => serde_saphyr::DuplicateKeyPolicy::Error,
+        // Every entry reaches the tree, where the duplicate is reported as a warning.
+        Mode::Live => serde_saphyr::DuplicateKeyPolicy::PassThrough,
+    };
     serde_saphyr::options! {
         strict_booleans: true,
+        duplicate_keys: duplicate_keys,
         with_snippet: false,
         reject_unsupported_tags: true,
         budget: serde_saphyr::budget! {
@@ -421,8 +445,8 @@ fn yaml_options() -> serde_saphyr::Options {
 }
 
 /// Parses every non-empty document of a YAML stream. On failure: (line, column, message).
-fn parse_documents(text: &str) -> Result<Vec<Node>, (u64, u64, String)> {
-    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options())
+fn parse_documents(text: &str, mode: Mode) -> Result<Vec<Node>, (u64, u64, String)> {
+    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options(mode))
         .map_err(|e| crate::yaml::error_parts(&e))
 }
 
@@ -435,6 +459,7 @@ struct Ctx<'a> {
     out: &'a mut FileResult,
     /// Errors reported so far (kept as a count: re-counting per document is quadratic).
     errors: usize,
+    mode: Mode,
 }
 
 fn pos(node: &Node) -> (u64, u64) {
@@ -832,12 +857,20 @@ impl Ctx<'_> {
                         }
                     };
                     if out.contains_key(&key) {
-                        self.error(
-                            pos(k),
-                            format!("duplicate key `{key}` (two keys that read as the same text, such as `1` and `\"1\"`)"),
-                        );
-                        ok = false;
-                        continue;
+                        if self.mode == Mode::Live {
+                            self.warning(
+                                pos(k),
+                                format!("duplicate key `{key}`: the last value is used"),
+                            );
+                            out.shift_remove(&key);
+                        } else {
+                            self.error(
+                                pos(k),
+                                format!("duplicate key `{key}` (two keys that read as the same text, such as `1` and `\"1\"`)"),
+                            );
+                            ok = false;
+                            continue;
+                        }
                     }
                     match self.json_of(v) {
                         Some(v) => {
@@ -1273,6 +1306,25 @@ mod tests {
             b"{\"apiVersion\": \"v1\",\n \"kind\": \"ConfigMap\",\n \"kind\": \"Secret\"}",
         );
         assert_eq!(errors(&dup), vec!["3:2: duplicate key `kind`"]);
+    }
+
+    #[test]
+    fn live_dumps_may_repeat_a_key_and_the_last_one_wins_with_a_warning() {
+        let src = b"apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n  updateStrategy: {type: RollingUpdate}\n  updateStrategy: {type: OnDelete}\n";
+        let git = parse_file("s.yaml", src);
+        assert_eq!(errors(&git), vec!["6:3: duplicate key `updateStrategy`"]);
+        let live = parse_file_with("s.yaml", src, Mode::Live);
+        assert!(errors(&live).is_empty(), "{:?}", live.diagnostics);
+        assert_eq!(live.diagnostics[0].line, 6);
+        assert!(
+            live.diagnostics[0]
+                .message
+                .contains("the last value is used")
+        );
+        assert_eq!(
+            live.objects[0].object.get("spec").unwrap()["updateStrategy"]["type"],
+            "OnDelete"
+        );
     }
 
     #[test]

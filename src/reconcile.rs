@@ -184,6 +184,7 @@ pub struct App {
     /// Commit statuses, when the app has a `status` section.
     reporter: Option<crate::report::Reporter>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    health_rules: health::CustomRules,
 }
 
 impl App {
@@ -251,7 +252,14 @@ impl App {
             source_message: None,
             reporter: None,
             metrics: None,
+            health_rules: health::CustomRules::none(),
         })
+    }
+
+    /// Assesses health with these custom rules before the built-in ones.
+    pub fn with_health_rules(mut self, rules: health::CustomRules) -> Self {
+        self.health_rules = rules;
+        self
     }
 
     /// Reports commit statuses through `reporter`.
@@ -671,7 +679,7 @@ impl App {
                     &step.key,
                     version_of(&step.key, live),
                     sync_status,
-                    health::assess(live),
+                    health::assess(live, &self.health_rules),
                     message,
                 ),
             );
@@ -685,7 +693,7 @@ impl App {
                     key,
                     version_of(key, live),
                     SyncStatus::OutOfSync,
-                    health::assess(live),
+                    health::assess(live, &self.health_rules),
                     Some(format!("also declared by app {owner}, which owns it")),
                 ),
             );
@@ -957,7 +965,7 @@ fn resource(
     key: &ObjectKey,
     version: String,
     sync: SyncStatus,
-    health: Health,
+    health: health::Assessment,
     message: Option<String>,
 ) -> ResourceStatus {
     ResourceStatus {
@@ -967,7 +975,8 @@ fn resource(
         namespace: key.namespace.clone(),
         name: key.name.clone(),
         sync,
-        health,
+        health: health.health,
+        health_message: (!health.message.is_empty()).then_some(health.message),
         message,
     }
 }

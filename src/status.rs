@@ -71,6 +71,9 @@ pub struct ResourceStatus {
     pub sync: SyncStatus,
     /// Its health.
     pub health: Health,
+    /// Why it has that health, when the rule says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_message: Option<String>,
     /// Why it is out of sync, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
