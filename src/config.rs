@@ -71,6 +71,9 @@ pub struct Config {
     /// The apps to reconcile.
     #[serde(default)]
     pub apps: Vec<AppConfig>,
+    /// Custom health rules, for every app.
+    #[serde(default)]
+    pub health: Vec<HealthRuleConfig>,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -328,6 +331,20 @@ pub struct SyncConfig {
     /// Allow a sync whose desired set is empty to prune everything the app owns. Default false.
     #[serde(default)]
     pub allow_empty: bool,
+    /// How long the app may stay Progressing, or not converge, before it is reported as
+    /// failing (`Progressing=False`, `ProgressDeadlineExceeded`). Default `10m`.
+    #[serde(default = "default_progress_deadline", deserialize_with = "duration")]
+    pub progress_deadline: Spanned<Duration>,
+    /// How long the app may be out of sync before the gap is an incident (`Stale=True`,
+    /// `GapExceededThreshold`). None by default.
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub stale_after: Option<Spanned<Duration>>,
+    /// Backoff of failed syncs.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Sync windows: when automatic applies and drift reverts may run.
+    #[serde(default)]
+    pub windows: Vec<WindowConfig>,
 }
 
 impl Default for SyncConfig {
@@ -336,12 +353,115 @@ impl Default for SyncConfig {
             prune: true,
             self_heal: true,
             allow_empty: false,
+            progress_deadline: default_progress_deadline(),
+            stale_after: None,
+            retry: RetryConfig::default(),
+            windows: Vec::new(),
         }
     }
 }
 
+fn default_progress_deadline() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(600))
+}
+
+/// `apps[].sync.retry:`: exponential backoff after a failed sync or fetch.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetryConfig {
+    /// First delay. Default `5s`.
+    #[serde(default = "default_backoff", deserialize_with = "duration")]
+    pub backoff: Spanned<Duration>,
+    /// Multiplier per failure. Default 2.
+    #[serde(default = "default_factor")]
+    pub factor: u32,
+    /// Longest delay. Default `3m`.
+    #[serde(default = "default_max_backoff", deserialize_with = "duration")]
+    pub max_backoff: Spanned<Duration>,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            backoff: default_backoff(),
+            factor: default_factor(),
+            max_backoff: default_max_backoff(),
+        }
+    }
+}
+
+fn default_backoff() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(5))
+}
+
+fn default_factor() -> u32 {
+    2
+}
+
+fn default_max_backoff() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(180))
+}
+
+/// Whether a sync window lets syncs run or holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowKind {
+    /// Automatic syncs run only inside allow windows (when there are any).
+    Allow,
+    /// No automatic sync runs inside a deny window.
+    Deny,
+}
+
+/// `apps[].sync.windows[]`, as Argo CD's sync windows.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WindowConfig {
+    /// `allow` or `deny`.
+    pub kind: WindowKind,
+    /// When the window opens: a 5-field cron expression (minute hour day-of-month month
+    /// day-of-week; Sunday is 0 or 7), evaluated by croner.
+    pub schedule: Spanned<String>,
+    /// How long it stays open after each opening.
+    #[serde(deserialize_with = "duration")]
+    pub duration: Spanned<Duration>,
+    /// IANA time zone of the schedule, e.g. `Europe/Berlin`. Default `UTC`.
+    #[serde(default)]
+    pub time_zone: Option<Spanned<String>>,
+    /// Manual syncs (`POST /api/v1/apps/{name}/sync`) may run while this window holds the app.
+    /// Default false.
+    #[serde(default)]
+    pub manual_sync: bool,
+}
+
+/// `health[]`: a custom health rule, CEL expressions for one group and kind (in the spirit of
+/// Flux's `healthCheckExprs`). Each expression sees the object's top-level fields as variables
+/// (`metadata`, `spec`, `status`...; absent ones as `{}`) and the whole object as `object`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthRuleConfig {
+    /// API group; empty or left out for the core group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// True when the object is healthy.
+    #[serde(default)]
+    pub healthy: Option<Spanned<String>>,
+    /// True when it is progressing.
+    #[serde(default)]
+    pub progressing: Option<Spanned<String>>,
+    /// True when it is degraded (tried first).
+    #[serde(default)]
+    pub degraded: Option<Spanned<String>>,
+}
+
 fn yes() -> bool {
     true
+}
+
+/// Deserializes an optional humantime duration.
+fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<Duration>>, D::Error> {
+    duration(d).map(Some)
 }
 
 /// Deserializes a humantime duration string (`30s`, `10m`, `1h 30m`).
@@ -540,6 +660,7 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
         }
+        validate_sync(&app.sync, i, &invalid)?;
         let ns = &app.target.namespace;
         if let Some(problem) = dns1123_label_error(&ns.value) {
             return Err(invalid(
@@ -550,6 +671,110 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         }
     }
     validate_server(&config.server, &invalid)?;
+    for (i, rule) in config.health.iter().enumerate() {
+        if rule.healthy.is_none() && rule.progressing.is_none() && rule.degraded.is_none() {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                field: format!("health[{i}]"),
+                message: format!(
+                    "the rule for {} has no expression (healthy, progressing or degraded)",
+                    rule.kind
+                ),
+            });
+        }
+        for (name, expr) in [
+            ("healthy", &rule.healthy),
+            ("progressing", &rule.progressing),
+            ("degraded", &rule.degraded),
+        ] {
+            if let Some(e) = expr
+                && let Err(err) = cel::Program::compile(&e.value)
+            {
+                let first = err.to_string();
+                return Err(invalid(
+                    &e.referenced,
+                    format!("health[{i}].{name}"),
+                    format!(
+                        "invalid CEL expression: {}",
+                        first.lines().next().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_sync(sync: &SyncConfig, i: usize, invalid: Invalid<'_>) -> Result<(), Error> {
+    let field = |f: &str| format!("apps[{i}].sync.{f}");
+    if sync.progress_deadline.value.is_zero() {
+        return Err(invalid(
+            &sync.progress_deadline.referenced,
+            field("progressDeadline"),
+            "must be more than 0s".into(),
+        ));
+    }
+    if let Some(s) = &sync.stale_after
+        && s.value.is_zero()
+    {
+        return Err(invalid(
+            &s.referenced,
+            field("staleAfter"),
+            "must be more than 0s".into(),
+        ));
+    }
+    if sync.retry.backoff.value.is_zero()
+        || sync.retry.factor == 0
+        || sync.retry.max_backoff.value < sync.retry.backoff.value
+    {
+        return Err(invalid(
+            &sync.retry.backoff.referenced,
+            field("retry"),
+            "needs backoff > 0, factor >= 1 and maxBackoff >= backoff".into(),
+        ));
+    }
+    for (w, window) in sync.windows.iter().enumerate() {
+        let wf = |f: &str| field(&format!("windows[{w}].{f}"));
+        let fields = window.schedule.value.split_whitespace().count();
+        if fields != 5 {
+            return Err(invalid(
+                &window.schedule.referenced,
+                wf("schedule"),
+                format!(
+                    "`{}` has {fields} fields; write 5: minute hour day-of-month month day-of-week",
+                    window.schedule.value
+                ),
+            ));
+        }
+        if let Err(e) = window.schedule.value.parse::<croner::Cron>() {
+            return Err(invalid(
+                &window.schedule.referenced,
+                wf("schedule"),
+                format!("`{}`: {e}", window.schedule.value),
+            ));
+        }
+        if window.duration.value.is_zero() {
+            return Err(invalid(
+                &window.duration.referenced,
+                wf("duration"),
+                "must be more than 0s".into(),
+            ));
+        }
+        if let Some(tz) = &window.time_zone
+            && tz.value.parse::<chrono_tz::Tz>().is_err()
+        {
+            return Err(invalid(
+                &tz.referenced,
+                wf("timeZone"),
+                format!(
+                    "`{}` is not an IANA time zone (e.g. `Europe/Berlin`, `UTC`)",
+                    tz.value
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -822,6 +1047,48 @@ mod tests {
         assert!(
             provider.contains("4:22: unknown variant `gitee`"),
             "{provider}"
+        );
+    }
+
+    #[test]
+    fn sync_health_and_window_settings_parse_and_are_checked() {
+        let c = parse_str("health:\n- group: example.com\n  kind: Widget\n  healthy: \"status.phase == 'Running'\"\napps:\n- name: a\n  source: {repo: x}\n  sync:\n    progressDeadline: 2m\n    staleAfter: 30m\n    retry: {backoff: 1s, factor: 3, maxBackoff: 1m}\n    windows:\n    - {kind: deny, schedule: \"0 22 * * *\", duration: 8h, timeZone: Europe/Berlin, manualSync: true}\n").unwrap();
+        let s = &c.config.apps[0].sync;
+        assert_eq!(s.progress_deadline.value, Duration::from_secs(120));
+        assert_eq!(
+            s.stale_after.as_ref().unwrap().value,
+            Duration::from_secs(1800)
+        );
+        assert_eq!(s.retry.factor, 3);
+        assert_eq!(s.windows[0].kind, WindowKind::Deny);
+        assert_eq!(c.config.health[0].kind, "Widget");
+        let d = parse_str("apps:\n- name: a\n  source: {repo: x}\n").unwrap();
+        assert_eq!(
+            d.config.apps[0].sync.progress_deadline.value,
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            d.config.apps[0].sync.retry.backoff.value,
+            Duration::from_secs(5)
+        );
+        let cron = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows: [{kind: allow, schedule: \"0 0 9 * * *\", duration: 1h}]\n").unwrap_err().to_string();
+        assert!(
+            cron.contains("apps[0].sync.windows[0].schedule: `0 0 9 * * *` has 6 fields"),
+            "{cron}"
+        );
+        let bad = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows: [{kind: allow, schedule: \"61 * * * *\", duration: 1h}]\n").unwrap_err().to_string();
+        assert!(bad.contains("apps[0].sync.windows[0].schedule"), "{bad}");
+        let tz = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows: [{kind: allow, schedule: \"0 9 * * *\", duration: 1h, timeZone: Mars/Olympus}]\n").unwrap_err().to_string();
+        assert!(
+            tz.contains("timeZone: `Mars/Olympus` is not an IANA time zone"),
+            "{tz}"
+        );
+        let cel = parse_str("health:\n- kind: Widget\n  healthy: \"status.phase ==\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            cel.contains("health[0].healthy: invalid CEL expression"),
+            "{cel}"
         );
     }
 

@@ -23,4 +23,5 @@ pub mod source;
 pub mod status;
 pub mod store;
 pub mod sync;
+pub mod window;
 pub mod yaml;
