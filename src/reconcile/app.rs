@@ -1,97 +1,21 @@
-//! The control loop: triggers, per-app state, conditions, the gap's age, backoff.
-//!
-//! Each app runs in its own task (a loop around [`App::reconcile`]) and is reconciled when something may have
-//! changed: its poll interval elapsed, a manual request came, or the store's change feed
-//! reported a change to an object it owns. A reconcile is level-triggered: it looks at Git and
-//! the store as they are and makes the store match, whatever the trigger was. A change-feed
-//! trigger only narrows the work to the keys that changed, which is how drift is reverted within
-//! milliseconds instead of at the next poll.
-//!
-//! Guarantees:
-//! - A revision with any error applies nothing; the revision in force stays enforced (and is
-//!   remembered across restarts through the inventory, whose last-applied copies are exactly
-//!   the desired set in force).
-//! - Errors never stop the loop. Repeated failures back off exponentially (5 s doubling to
-//!   3 min), and the status says why.
-//! - The status record is written only when it changes.
+//! One app's reconcile: fetch, parse, plan, apply, assess, and the status it records.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, broadcast, mpsc, watch};
-use tokio::time::Instant;
-use tracing::Instrument;
+use tokio::sync::Mutex;
 
+use super::{Backoff, Error, Report, Trigger, error_chain};
 use crate::config::AppConfig;
-use crate::diff::{Action, PlanOptions, Summary};
+use crate::diff::{Action, PlanOptions};
 use crate::health::{self, Health};
 use crate::manifest::{self, Diagnostic};
 use crate::object::{Object, ObjectKey, Revision};
 use crate::source::{self, GitCache};
 use crate::status::{self, AppStatus, ResourceStatus, SyncStatus, set_condition};
-use crate::store::{self, Store, WatchItem};
+use crate::store::{self, Store};
 use crate::sync::{self, Inventory};
-
-/// First retry delay after a failure.
-pub const BACKOFF_MIN: Duration = Duration::from_secs(5);
-/// Longest retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(180);
-
-/// Errors that stop an agent from starting (once running, errors become conditions).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading the app's inventory or status record at start failed.
-    #[error("cannot load the state of app {app}")]
-    LoadFailed {
-        /// The app.
-        app: String,
-        /// Why.
-        #[source]
-        source: sync::Error,
-    },
-    /// The status record of an app is unreadable.
-    #[error("cannot read the status of app {app}")]
-    StatusUnreadable {
-        /// The app.
-        app: String,
-        /// Why.
-        #[source]
-        source: store::Error,
-    },
-}
-
-/// Why a reconcile runs. The reconcile does the same level-triggered work for each; the trigger
-/// only decides whether Git is fetched and how many objects are looked at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    /// The poll interval elapsed, a manual request came, or this is the first pass: fetch Git,
-    /// then enforce.
-    Fetch,
-    /// Enforce the revision in force on every object, without fetching (the change feed lost
-    /// track, e.g. after compaction).
-    Enforce,
-    /// These objects changed in the store: enforce just them.
-    Keys(BTreeSet<ObjectKey>),
-}
-
-/// What one reconcile did, for logs and the `sync` command.
-#[derive(Clone, Debug, Default)]
-pub struct Report {
-    /// Counts of the plan's actions (all zero when nothing was planned).
-    pub summary: Summary,
-    /// Objects whose drift was reverted by a change-feed trigger.
-    pub drift_reverted: usize,
-    /// True when a new revision was applied.
-    pub applied_new_revision: bool,
-    /// The store revision written, 0 when nothing was.
-    pub committed_revision: u64,
-    /// The rendered diff of a dry run (empty otherwise).
-    pub dry_run_diff: String,
-    /// True when the plan was only computed because the app is detect-only (`selfHeal: false`
-    /// and no new revision): the counts say what differs, nothing was written.
-    pub detect_only: bool,
-}
 
 /// The desired set in force.
 #[derive(Clone, Debug)]
@@ -122,31 +46,6 @@ enum Problem {
     /// The newest revision is valid but declares nothing, and applying it would prune every
     /// object of the app (`allowEmpty` is off).
     Blocked { message: String },
-}
-
-/// Exponential backoff: 5 s doubling to 3 min.
-#[derive(Clone, Debug, Default)]
-pub struct Backoff {
-    failures: u32,
-}
-
-impl Backoff {
-    /// Records a failure and returns the delay before the next attempt.
-    pub fn fail(&mut self) -> Duration {
-        let d = BACKOFF_MIN.saturating_mul(1u32 << self.failures.min(10));
-        self.failures = self.failures.saturating_add(1);
-        d.min(BACKOFF_MAX)
-    }
-
-    /// Records a success.
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
-
-    /// True after a failure not yet followed by a success.
-    pub fn failing(&self) -> bool {
-        self.failures > 0
-    }
 }
 
 /// One app's reconciler: its config, the state it keeps between passes, and the handles it
@@ -277,6 +176,11 @@ impl App {
     /// The app's name.
     pub fn name(&self) -> &str {
         &self.cfg.name.value
+    }
+
+    /// True after a failed reconcile not yet followed by a good one.
+    pub fn failing(&self) -> bool {
+        self.backoff.failing()
     }
 
     /// The status as last computed.
@@ -978,285 +882,5 @@ fn resource(
         health: health.health,
         health_message: (!health.message.is_empty()).then_some(health.message),
         message,
-    }
-}
-
-/// An error and its sources, joined with `: `.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        src = inner.source();
-    }
-    s
-}
-
-/// Which apps have finished their first reconcile (for `/readyz`).
-#[derive(Debug, Default)]
-pub struct Readiness {
-    waiting: std::sync::Mutex<BTreeSet<String>>,
-}
-
-impl Readiness {
-    fn new(apps: impl IntoIterator<Item = String>) -> Self {
-        Self {
-            waiting: std::sync::Mutex::new(apps.into_iter().collect()),
-        }
-    }
-
-    fn done(&self, app: &str) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(app);
-    }
-
-    /// The apps whose first reconcile has not finished, by name.
-    pub fn waiting(&self) -> Vec<String> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect()
-    }
-}
-
-/// A handle on a running agent: manual triggers and readiness.
-#[derive(Clone, Debug)]
-pub struct Handle {
-    triggers: HashMap<String, mpsc::Sender<()>>,
-    readiness: Arc<Readiness>,
-}
-
-impl Handle {
-    /// Asks `app` to fetch and reconcile now. False when there is no such app.
-    pub fn trigger(&self, app: &str) -> bool {
-        match self.triggers.get(app) {
-            Some(tx) => {
-                let _ = tx.try_send(());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Which apps have finished their first reconcile.
-    pub fn readiness(&self) -> &Readiness {
-        &self.readiness
-    }
-}
-
-/// The running agent: one loop per app, one store watch feeding them.
-pub struct Agent {
-    store: Arc<dyn Store>,
-    apps: Vec<App>,
-}
-
-impl Agent {
-    /// An agent running these apps (loaded with [`App::load`], which all share one claim lock)
-    /// against `store`.
-    pub fn new(store: Arc<dyn Store>, apps: Vec<App>) -> Self {
-        Self { store, apps }
-    }
-
-    /// Starts the agent: watches the store and runs each app's loop until `shutdown` becomes
-    /// true. Returns a handle for manual triggers and the task, which ends once every loop has
-    /// finished its current reconcile.
-    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> (Handle, tokio::task::JoinHandle<()>) {
-        let (events, _) = broadcast::channel::<WatchItem>(4096);
-        let mut triggers = HashMap::new();
-        let mut loops = Vec::new();
-        let readiness = Arc::new(Readiness::new(
-            self.apps.iter().map(|a| a.name().to_string()),
-        ));
-        for app in self.apps {
-            let (tx, rx) = mpsc::channel(8);
-            triggers.insert(app.name().to_string(), tx);
-            loops.push(AppLoop {
-                app,
-                events: events.subscribe(),
-                manual: rx,
-                shutdown: shutdown.clone(),
-                readiness: readiness.clone(),
-            });
-        }
-        let store = self.store;
-        let mut stop = shutdown.clone();
-        let task = async move {
-            let start = loop {
-                match store.revision().await {
-                    Ok(r) => break r,
-                    Err(e) => {
-                        tracing::warn!(error = %error_chain(&e), "Store unreachable; retrying");
-                        tokio::select! {
-                            _ = tokio::time::sleep(BACKOFF_MIN) => {}
-                            _ = stop.changed() => return,
-                        }
-                    }
-                }
-            };
-            let backend = store.backend();
-            let watcher = tokio::spawn(
-                watch_store(store, start, events, shutdown)
-                    .instrument(tracing::info_span!("store_watch_loop", backend)),
-            );
-            let mut tasks = Vec::new();
-            for l in loops {
-                let span = tracing::info_span!("app", app = %l.app.name());
-                tasks.push(tokio::spawn(l.run().instrument(span)));
-            }
-            for t in tasks {
-                let _ = t.await;
-            }
-            let _ = watcher.await;
-        };
-        let join = tokio::spawn(task.instrument(tracing::info_span!("agent")));
-        (
-            Handle {
-                triggers,
-                readiness,
-            },
-            join,
-        )
-    }
-}
-
-/// Follows the store's change feed and broadcasts it to the app loops, resuming after errors.
-async fn watch_store(
-    store: Arc<dyn Store>,
-    mut from: u64,
-    events: broadcast::Sender<WatchItem>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut backoff = Backoff::default();
-    loop {
-        match store.watch(from).await {
-            Ok(mut w) => loop {
-                tokio::select! {
-                    item = w.recv() => match item {
-                        Some(Ok(item)) => {
-                            backoff.reset();
-                            match &item {
-                                // Resume from the previous revision: events of one revision
-                                // may be split across a reconnect; duplicates are harmless.
-                                WatchItem::Event(e) => from = e.revision.saturating_sub(1),
-                                WatchItem::Relist { revision } => from = *revision,
-                            }
-                            let _ = events.send(item);
-                        }
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %error_chain(&e), "Store watch failed; resuming");
-                            break;
-                        }
-                        None => break,
-                    },
-                    _ = shutdown.changed() => return,
-                }
-            },
-            Err(e) => tracing::warn!(error = %error_chain(&e), "Cannot watch the store; retrying"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff.fail()) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
-/// One app's loop: waits for a trigger, reconciles, repeats until shutdown.
-struct AppLoop {
-    app: App,
-    events: broadcast::Receiver<WatchItem>,
-    manual: mpsc::Receiver<()>,
-    shutdown: watch::Receiver<bool>,
-    readiness: Arc<Readiness>,
-}
-
-impl AppLoop {
-    async fn run(mut self) {
-        let mut next_fetch = Instant::now();
-        loop {
-            let trigger = tokio::select! {
-                biased;
-                _ = self.shutdown.changed() => break,
-                _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
-                Some(()) = self.manual.recv() => Trigger::Fetch,
-                item = self.events.recv() => match item {
-                    Ok(item) => match self.collect(item) {
-                        Some(t) => t,
-                        None => continue,
-                    },
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::info!(skipped = n, "Change feed lagged; enforcing every object");
-                        Trigger::Enforce
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-            };
-            let fetch = trigger == Trigger::Fetch;
-            let (delay, _report) = self.app.reconcile(trigger).await;
-            self.readiness.done(self.app.name());
-            if fetch || self.app.backoff.failing() {
-                next_fetch = Instant::now() + delay;
-            }
-        }
-        tracing::info!("Stopped");
-    }
-
-    /// Turns a watch item, and any others already queued, into a trigger (or nothing when none
-    /// concerns this app).
-    fn collect(&mut self, first: WatchItem) -> Option<Trigger> {
-        let mut keys = BTreeSet::new();
-        let mut relist = false;
-        let mut take = |item: WatchItem, keys: &mut BTreeSet<ObjectKey>| match item {
-            WatchItem::Event(e) => {
-                if self.app.cares_about(&e.key, e.revision) {
-                    keys.insert(e.key);
-                }
-            }
-            WatchItem::Relist { .. } => relist = true,
-        };
-        take(first, &mut keys);
-        while let Ok(item) = self.events.try_recv() {
-            take(item, &mut keys);
-        }
-        if relist {
-            Some(Trigger::Enforce)
-        } else if keys.is_empty() {
-            None
-        } else {
-            Some(Trigger::Keys(keys))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn readiness_waits_for_every_app_once() {
-        let r = Readiness::new(["a".to_string(), "b".to_string()]);
-        assert_eq!(r.waiting(), vec!["a", "b"]);
-        r.done("a");
-        r.done("a");
-        assert_eq!(r.waiting(), vec!["b"]);
-        r.done("b");
-        assert!(r.waiting().is_empty());
-    }
-
-    #[test]
-    fn backoff_doubles_from_five_seconds_to_three_minutes() {
-        let mut b = Backoff::default();
-        let delays: Vec<u64> = (0..8).map(|_| b.fail().as_secs()).collect();
-        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 180, 180]);
-        assert!(b.failing());
-        b.reset();
-        assert_eq!(b.fail().as_secs(), 5);
     }
 }

@@ -1,0 +1,278 @@
+//! Running the apps: one loop per app, one store watch feeding them, manual triggers and
+//! readiness.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{App, Backoff, Trigger, backoff::BACKOFF_MIN, error_chain};
+use crate::object::ObjectKey;
+use crate::store::{Store, WatchItem};
+
+/// Which apps have finished their first reconcile (for `/readyz`).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    waiting: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Readiness {
+    fn new(apps: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            waiting: std::sync::Mutex::new(apps.into_iter().collect()),
+        }
+    }
+
+    fn done(&self, app: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(app);
+    }
+
+    /// The apps whose first reconcile has not finished, by name.
+    pub fn waiting(&self) -> Vec<String> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// A handle on a running agent: manual triggers and readiness.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    triggers: HashMap<String, mpsc::Sender<()>>,
+    readiness: Arc<Readiness>,
+}
+
+impl Handle {
+    /// Asks `app` to fetch and reconcile now. False when there is no such app.
+    pub fn trigger(&self, app: &str) -> bool {
+        match self.triggers.get(app) {
+            Some(tx) => {
+                let _ = tx.try_send(());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Which apps have finished their first reconcile.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+}
+
+/// The running agent: one loop per app, one store watch feeding them.
+pub struct Agent {
+    store: Arc<dyn Store>,
+    apps: Vec<App>,
+}
+
+impl Agent {
+    /// An agent running these apps (loaded with [`App::load`], which all share one claim lock)
+    /// against `store`.
+    pub fn new(store: Arc<dyn Store>, apps: Vec<App>) -> Self {
+        Self { store, apps }
+    }
+
+    /// Starts the agent: watches the store and runs each app's loop until `shutdown` becomes
+    /// true. Returns a handle for manual triggers and the task, which ends once every loop has
+    /// finished its current reconcile.
+    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> (Handle, tokio::task::JoinHandle<()>) {
+        let (events, _) = broadcast::channel::<WatchItem>(4096);
+        let mut triggers = HashMap::new();
+        let mut loops = Vec::new();
+        let readiness = Arc::new(Readiness::new(
+            self.apps.iter().map(|a| a.name().to_string()),
+        ));
+        for app in self.apps {
+            let (tx, rx) = mpsc::channel(8);
+            triggers.insert(app.name().to_string(), tx);
+            loops.push(AppLoop {
+                app,
+                events: events.subscribe(),
+                manual: rx,
+                shutdown: shutdown.clone(),
+                readiness: readiness.clone(),
+            });
+        }
+        let store = self.store;
+        let mut stop = shutdown.clone();
+        let task = async move {
+            let start = loop {
+                match store.revision().await {
+                    Ok(r) => break r,
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "Store unreachable; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(BACKOFF_MIN) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                }
+            };
+            let backend = store.backend();
+            let watcher = tokio::spawn(
+                watch_store(store, start, events, shutdown)
+                    .instrument(tracing::info_span!("store_watch_loop", backend)),
+            );
+            let mut tasks = Vec::new();
+            for l in loops {
+                let span = tracing::info_span!("app", app = %l.app.name());
+                tasks.push(tokio::spawn(l.run().instrument(span)));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = watcher.await;
+        };
+        let join = tokio::spawn(task.instrument(tracing::info_span!("agent")));
+        (
+            Handle {
+                triggers,
+                readiness,
+            },
+            join,
+        )
+    }
+}
+
+/// Follows the store's change feed and broadcasts it to the app loops, resuming after errors.
+async fn watch_store(
+    store: Arc<dyn Store>,
+    mut from: u64,
+    events: broadcast::Sender<WatchItem>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Backoff::default();
+    loop {
+        match store.watch(from).await {
+            Ok(mut w) => loop {
+                tokio::select! {
+                    item = w.recv() => match item {
+                        Some(Ok(item)) => {
+                            backoff.reset();
+                            match &item {
+                                // Resume from the previous revision: events of one revision
+                                // may be split across a reconnect; duplicates are harmless.
+                                WatchItem::Event(e) => from = e.revision.saturating_sub(1),
+                                WatchItem::Relist { revision } => from = *revision,
+                            }
+                            let _ = events.send(item);
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %error_chain(&e), "Store watch failed; resuming");
+                            break;
+                        }
+                        None => break,
+                    },
+                    _ = shutdown.changed() => return,
+                }
+            },
+            Err(e) => tracing::warn!(error = %error_chain(&e), "Cannot watch the store; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.fail()) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One app's loop: waits for a trigger, reconciles, repeats until shutdown.
+struct AppLoop {
+    app: App,
+    events: broadcast::Receiver<WatchItem>,
+    manual: mpsc::Receiver<()>,
+    shutdown: watch::Receiver<bool>,
+    readiness: Arc<Readiness>,
+}
+
+impl AppLoop {
+    async fn run(mut self) {
+        let mut next_fetch = Instant::now();
+        loop {
+            let trigger = tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
+                Some(()) = self.manual.recv() => Trigger::Fetch,
+                item = self.events.recv() => match item {
+                    Ok(item) => match self.collect(item) {
+                        Some(t) => t,
+                        None => continue,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::info!(skipped = n, "Change feed lagged; enforcing every object");
+                        Trigger::Enforce
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+            };
+            let fetch = trigger == Trigger::Fetch;
+            let (delay, _report) = self.app.reconcile(trigger).await;
+            self.readiness.done(self.app.name());
+            if fetch || self.app.failing() {
+                next_fetch = Instant::now() + delay;
+            }
+        }
+        tracing::info!("Stopped");
+    }
+
+    /// Turns a watch item, and any others already queued, into a trigger (or nothing when none
+    /// concerns this app).
+    fn collect(&mut self, first: WatchItem) -> Option<Trigger> {
+        let mut keys = BTreeSet::new();
+        let mut relist = false;
+        let mut take = |item: WatchItem, keys: &mut BTreeSet<ObjectKey>| match item {
+            WatchItem::Event(e) => {
+                if self.app.cares_about(&e.key, e.revision) {
+                    keys.insert(e.key);
+                }
+            }
+            WatchItem::Relist { .. } => relist = true,
+        };
+        take(first, &mut keys);
+        while let Ok(item) = self.events.try_recv() {
+            take(item, &mut keys);
+        }
+        if relist {
+            Some(Trigger::Enforce)
+        } else if keys.is_empty() {
+            None
+        } else {
+            Some(Trigger::Keys(keys))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_waits_for_every_app_once() {
+        let r = Readiness::new(["a".to_string(), "b".to_string()]);
+        assert_eq!(r.waiting(), vec!["a", "b"]);
+        r.done("a");
+        r.done("a");
+        assert_eq!(r.waiting(), vec!["b"]);
+        r.done("b");
+        assert!(r.waiting().is_empty());
+    }
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_to_three_minutes() {
+        let mut b = Backoff::default();
+        let delays: Vec<u64> = (0..8).map(|_| b.fail().as_secs()).collect();
+        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 180, 180]);
+        assert!(b.failing());
+        b.reset();
+        assert_eq!(b.fail().as_secs(), 5);
+    }
+}

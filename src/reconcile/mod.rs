@@ -1,0 +1,105 @@
+//! The control loop: triggers, per-app state, conditions, the gap's age, backoff.
+//!
+//! Each app runs in its own task (a loop around [`App::reconcile`]) and is reconciled when something may have
+//! changed: its poll interval elapsed, a manual request came, or the store's change feed
+//! reported a change to an object it owns. A reconcile is level-triggered: it looks at Git and
+//! the store as they are and makes the store match, whatever the trigger was. A change-feed
+//! trigger only narrows the work to the keys that changed, which is how drift is reverted within
+//! milliseconds instead of at the next poll.
+//!
+//! Guarantees:
+//! - A revision with any error applies nothing; the revision in force stays enforced (and is
+//!   remembered across restarts through the inventory, whose last-applied copies are exactly
+//!   the desired set in force).
+//! - Errors never stop the loop. Repeated failures back off exponentially (5 s doubling to
+//!   3 min), and the status says why.
+//! - The status record is written only when it changes.
+
+//!
+//! Layout: [`app`] is one app's reconcile (the pipeline and the status it records),
+//! [`agent`] runs the apps (one loop each, one store watch feeding them, manual triggers,
+//! readiness), [`backoff`] holds the retry and fight backoff.
+
+mod agent;
+mod app;
+mod backoff;
+
+pub use agent::{Agent, Handle, Readiness};
+pub use app::App;
+pub use backoff::Backoff;
+
+use std::collections::BTreeSet;
+
+use crate::diff::Summary;
+use crate::object::ObjectKey;
+use crate::{store, sync};
+
+/// Errors that stop an agent from starting (once running, errors become conditions).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the app's inventory or status record at start failed.
+    #[error("cannot load the state of app {app}")]
+    LoadFailed {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: sync::Error,
+    },
+    /// The status record of an app is unreadable.
+    #[error("cannot read the status of app {app}")]
+    StatusUnreadable {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: store::Error,
+    },
+}
+
+/// Why a reconcile runs. The reconcile does the same level-triggered work for each; the trigger
+/// only decides whether Git is fetched and how many objects are looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The poll interval elapsed, a manual request came, or this is the first pass: fetch Git,
+    /// then enforce.
+    Fetch,
+    /// Enforce the revision in force on every object, without fetching (the change feed lost
+    /// track, e.g. after compaction).
+    Enforce,
+    /// These objects changed in the store: enforce just them.
+    Keys(BTreeSet<ObjectKey>),
+}
+
+/// What one reconcile did, for logs and the `sync` command.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Counts of the plan's actions (all zero when nothing was planned).
+    pub summary: Summary,
+    /// Objects whose drift was reverted by a change-feed trigger.
+    pub drift_reverted: usize,
+    /// True when a new revision was applied.
+    pub applied_new_revision: bool,
+    /// The store revision written, 0 when nothing was.
+    pub committed_revision: u64,
+    /// The rendered diff of a dry run (empty otherwise).
+    pub dry_run_diff: String,
+    /// True when the plan was only computed because the app is detect-only (`selfHeal: false`
+    /// and no new revision): the counts say what differs, nothing was written.
+    pub detect_only: bool,
+}
+
+/// An error and its sources, joined with `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        src = inner.source();
+    }
+    s
+}
