@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::config::{self, Loaded};
 use crate::diff;
+use crate::health;
 use crate::manifest::{self, Diagnostic};
 use crate::metrics::Metrics;
 use crate::object::{self, Object, ObjectKey};
@@ -82,14 +83,49 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// What a sync would change: exit 0 no changes, 1 changes, 2 error.
+    /// What a sync would change: exit 0 no changes, 1 changes, 2 error. With `--desired` and
+    /// `--live`, compares two objects offline instead.
     Diff {
         /// Only this app.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["desired", "live"])]
         app: Option<String>,
         /// Compare this revision (commit, branch or tag) instead of the configured ref.
+        #[arg(long, conflicts_with_all = ["desired", "live"])]
+        revision: Option<String>,
+        /// Offline: the declared object (a YAML or JSON file of one object).
+        #[arg(long, requires = "live")]
+        desired: Option<PathBuf>,
+        /// Offline: the live object, as the store or a cluster has it. Its
+        /// `kubectl.kubernetes.io/last-applied-configuration` annotation, when present, is the
+        /// last-applied copy of the three-way diff.
+        #[arg(long, requires = "desired")]
+        live: Option<PathBuf>,
+    },
+    /// The health (and why) of each object in a file, with the config's custom rules: for
+    /// testing health rules. Exit 0, or 2 when the file cannot be read.
+    Health {
+        /// A YAML or JSON file of live objects (`-` for standard input).
+        #[arg(short, long)]
+        file: PathBuf,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = StatusFormat::Table)]
+        output: StatusFormat,
+    },
+    /// Waits until an app is synced and healthy (or what `--for` says), for CI pipelines:
+    /// exit 0 as soon as it is, 1 at the timeout saying why not.
+    Wait {
+        /// The app.
+        #[arg(long)]
+        app: String,
+        /// Conditions, comma-separated: `synced`, `healthy`.
+        #[arg(long = "for", value_delimiter = ',', default_value = "synced,healthy")]
+        conditions: Vec<String>,
+        /// Also require this revision in force (a commit id or its prefix).
         #[arg(long)]
         revision: Option<String>,
+        /// How long to wait, e.g. `90s`, `5m`.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// The status the agent recorded in the store.
     Status {
@@ -276,8 +312,29 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Run => run(load_config(config, true)?).await,
         Command::Sync { app, dry_run } => sync(load_config(config, true)?, app, dry_run).await,
-        Command::Diff { app, revision } => {
+        Command::Diff {
+            desired: Some(desired),
+            live: Some(live),
+            ..
+        } => Ok(diff_offline(&desired, &live)),
+        Command::Diff { app, revision, .. } => {
             diff_cmd(load_config(config, true)?, app, revision).await
+        }
+        Command::Health { file, output } => health_cmd(load_config(config, false)?, &file, output),
+        Command::Wait {
+            app,
+            conditions,
+            revision,
+            timeout,
+        } => {
+            wait_cmd(
+                load_config(config, false)?,
+                &app,
+                &conditions,
+                revision.as_deref(),
+                timeout,
+            )
+            .await
         }
         Command::Status { output } => status_cmd(load_config(config, false)?, output).await,
         Command::Validate { paths } => Ok(validate(&paths)),
@@ -373,6 +430,20 @@ fn server_secrets(cfg: &Loaded) -> anyhow::Result<(Option<SecretString>, Webhook
     Ok((token, hooks))
 }
 
+/// The config's custom health rules, compiled.
+fn health_rules(cfg: &Loaded) -> anyhow::Result<health::CustomRules> {
+    let mut rules = Vec::new();
+    for (i, r) in cfg.config.health.iter().enumerate() {
+        let expr = |e: &Option<serde_saphyr::Spanned<String>>| e.as_ref().map(|s| s.value.clone());
+        let (h, p, d) = (expr(&r.healthy), expr(&r.progressing), expr(&r.degraded));
+        rules.push(
+            health::CustomRule::new(&r.group, &r.kind, h.as_deref(), p.as_deref(), d.as_deref())
+                .with_context(|| format!("{}: health[{i}]", cfg.path.display()))?,
+        );
+    }
+    Ok(health::CustomRules::new(rules))
+}
+
 /// Loads the selected apps (all when `only` is `None`) with their reporters and metrics.
 /// Reading a status token that is not there is an error naming its config key.
 async fn load_apps(
@@ -385,6 +456,7 @@ async fn load_apps(
     queue: &report::Queue,
 ) -> anyhow::Result<Vec<App>> {
     let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let rules = health_rules(cfg)?;
     let external_url = cfg
         .config
         .server
@@ -426,7 +498,7 @@ async fn load_apps(
         if let Some(m) = metrics {
             app = app.with_metrics(m.clone());
         }
-        apps.push(app);
+        apps.push(app.with_health_rules(rules.clone()));
     }
     Ok(apps)
 }
@@ -619,6 +691,208 @@ async fn diff_cmd(
         changes |= s.create + s.update + s.delete > 0;
     }
     Ok(if changes { 1 } else { 0 })
+}
+
+/// Reads a file or standard input (`-`), naming it for diagnostics.
+fn read_input(file: &Path) -> anyhow::Result<(String, Vec<u8>)> {
+    if file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("cannot read standard input")?;
+        Ok(("<stdin>".to_string(), buf))
+    } else {
+        let bytes =
+            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+        Ok((file.display().to_string(), bytes))
+    }
+}
+
+/// The one object of a file, printing its diagnostics; `None` when there is not exactly one.
+fn one_object(file: &Path, mode: manifest::Mode) -> Option<Object> {
+    let (shown, bytes) = match read_input(file) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return None;
+        }
+    };
+    let parsed = manifest::parse_file_with(&shown, &bytes, mode);
+    for d in &parsed.diagnostics {
+        eprintln!("{d}");
+    }
+    if parsed.diagnostics.iter().any(Diagnostic::is_error) {
+        return None;
+    }
+    match parsed.objects.len() {
+        1 => parsed.objects.into_iter().next().map(|d| d.object),
+        n => {
+            eprintln!("error: {shown} holds {n} objects; give one");
+            None
+        }
+    }
+}
+
+/// `driftless diff --desired FILE --live FILE`: 0 no drift, 1 drift, 2 error.
+fn diff_offline(desired: &Path, live: &Path) -> u8 {
+    let (Some(mut want), Some(have)) = (
+        one_object(desired, manifest::Mode::Git),
+        one_object(live, manifest::Mode::Live),
+    ) else {
+        return 2;
+    };
+    // A declaration without a namespace lands in the live object's (the app's target).
+    if want.namespace().is_empty() && !have.namespace().is_empty() {
+        want.set_namespace(have.namespace());
+    }
+    if want.key() != have.key() {
+        eprintln!(
+            "error: not the same object: {} and {}",
+            want.key(),
+            have.key()
+        );
+        return 2;
+    }
+    // kubectl's last-applied copy, when the live object has one, is the three-way base.
+    let last_applied = have
+        .metadata()
+        .get("annotations")
+        .and_then(|a| a.get("kubectl.kubernetes.io/last-applied-configuration"))
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| Object::from_value(v).ok())
+        .map(|mut o| {
+            if o.namespace().is_empty() {
+                o.set_namespace(have.namespace());
+            }
+            o
+        })
+        .filter(|o| o.key() == have.key());
+    let step = diff::plan_one(&want.key(), &want, Some(&have), last_applied.as_ref());
+    if step.action == diff::Action::Unchanged {
+        println!("no drift: {}", want.key());
+        return 0;
+    }
+    for c in &step.changes {
+        let show = |v: &Option<Value>| v.as_ref().map_or("(absent)".to_string(), |v| v.to_string());
+        println!("{}: {} -> {}", c.path, show(&c.live), show(&c.desired));
+    }
+    print!("{}", diff::render_step(&step));
+    1
+}
+
+/// `driftless health -f FILE`.
+fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyhow::Result<u8> {
+    let rules = health_rules(&cfg)?;
+    let (shown, bytes) = read_input(file)?;
+    let parsed = manifest::parse_file_with(&shown, &bytes, manifest::Mode::Live);
+    for d in &parsed.diagnostics {
+        eprintln!("{d}");
+    }
+    if parsed.diagnostics.iter().any(Diagnostic::is_error) {
+        return Ok(2);
+    }
+    let assessed: Vec<(Object, health::Assessment)> = parsed
+        .objects
+        .into_iter()
+        .map(|d| {
+            let a = health::assess(Some(&d.object), &rules);
+            (d.object, a)
+        })
+        .collect();
+    match output {
+        StatusFormat::Json => {
+            let objects: Vec<Value> = assessed
+                .iter()
+                .map(|(o, a)| {
+                    serde_json::json!({
+                        "group": o.group(), "version": o.version(), "kind": o.kind(),
+                        "namespace": o.namespace(), "name": o.name(),
+                        "health": a.health, "message": a.message,
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "objects": objects }))?
+            );
+        }
+        StatusFormat::Table => {
+            for (o, a) in &assessed {
+                if a.message.is_empty() {
+                    println!("{}: {}", o.key(), a.health);
+                } else {
+                    println!("{}: {}: {}", o.key(), a.health, a.message);
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// `driftless wait`: polls the app's status record.
+async fn wait_cmd(
+    cfg: Loaded,
+    app: &str,
+    conditions: &[String],
+    revision: Option<&str>,
+    timeout: std::time::Duration,
+) -> anyhow::Result<u8> {
+    for c in conditions {
+        if !matches!(c.as_str(), "synced" | "healthy") {
+            bail!("unknown condition `{c}` in --for: use synced, healthy");
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut store: Option<Arc<dyn Store>> = None;
+    let mut last = String::from("no status recorded yet");
+    loop {
+        if store.is_none() && cfg.sqlite_path().is_some_and(Path::exists) {
+            store = Some(open_store(&cfg)?);
+        }
+        if let Some(s) = &store {
+            match status::read(s.as_ref(), app).await {
+                Ok(Some(st)) => {
+                    let synced = st.sync == SyncStatus::Synced;
+                    let healthy = st.health == crate::health::Health::Healthy;
+                    let at_revision = revision.is_none_or(|r| {
+                        st.revision
+                            .as_deref()
+                            .is_some_and(|have| have.starts_with(r))
+                    });
+                    let ok = at_revision
+                        && conditions.iter().all(|c| match c.as_str() {
+                            "synced" => synced,
+                            _ => healthy,
+                        });
+                    let ready = st
+                        .condition("Ready")
+                        .map(|c| format!("{}: {}", c.reason, c.message))
+                        .unwrap_or_default();
+                    last = format!(
+                        "{app} is {} and {} at {}; {ready}",
+                        st.sync,
+                        st.health,
+                        st.revision.as_deref().unwrap_or("no revision")
+                    );
+                    if ok {
+                        println!("{last}");
+                        return Ok(0);
+                    }
+                }
+                Ok(None) => last = format!("no status recorded for {app} yet"),
+                Err(e) => last = format!("cannot read the store: {e}"),
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            println!(
+                "timed out after {}: {last}",
+                humantime::format_duration(timeout)
+            );
+            return Ok(1);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {

@@ -264,9 +264,11 @@ pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) ->
     let mut out = live.clone();
     let d = declared.as_map();
     let last = last_applied.map(Object::as_map);
+    let controlled = controller_owned(declared);
     for (k, dv) in d {
         match k.as_str() {
             "status" => {}
+            k if controlled.contains(&k) => {}
             "metadata" => {
                 let d_meta = dv.as_object();
                 let l_meta = last
@@ -287,7 +289,9 @@ pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) ->
     }
     if let Some(last) = last {
         for (k, lv) in last {
-            if matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind") {
+            if matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind")
+                || controlled.contains(&k.as_str())
+            {
                 continue;
             }
             if d.get(k).is_none_or(Value::is_null) && !is_empty(lv) {
@@ -429,6 +433,20 @@ fn merge_list(da: &[Value], ca: Option<&Vec<Value>>, la: Option<&Vec<Value>>) ->
     }
 }
 
+/// Top-level fields a Kubernetes controller fills in whatever Git says, so Git does not own
+/// them even when it declares them: a ClusterRole with an `aggregationRule` gets its `rules`
+/// from the aggregation controller (gitops-engine ignores them too).
+pub fn controller_owned(obj: &Object) -> &'static [&'static str] {
+    if obj.group() == "rbac.authorization.k8s.io"
+        && obj.kind() == "ClusterRole"
+        && obj.get("aggregationRule").is_some_and(|v| !is_empty(v))
+    {
+        &["rules"]
+    } else {
+        &[]
+    }
+}
+
 /// True for absent-equivalent values: `null`, `{}` and `[]`.
 pub fn is_empty(v: &Value) -> bool {
     match v {
@@ -519,11 +537,13 @@ pub fn compare(live: &Object, target: &Object) -> Vec<Change> {
         path.push_str(p);
         walk(a.unwrap_or(&null), b.unwrap_or(&null), &mut path, out);
     };
+    let controlled = controller_owned(target);
     let mut keys: Vec<&String> = l.keys().collect();
     keys.extend(t.keys().filter(|k| !l.contains_key(*k)));
     for k in keys {
         match k.as_str() {
             "status" => {}
+            k if controlled.contains(&k) => {}
             "metadata" => {
                 for f in ["name", "namespace", "labels", "annotations"] {
                     let (a, b) = (live.metadata().get(f), target.metadata().get(f));

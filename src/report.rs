@@ -93,6 +93,11 @@ pub struct Facts<'a> {
     pub health: Health,
     /// A newer revision that was tried and not applied, and why.
     pub rejected: Option<(&'a str, String)>,
+    /// Why the revision in force counts as failing though applied: past its progress deadline,
+    /// or out of sync past `staleAfter`.
+    pub failing: Option<String>,
+    /// Why syncs are held (a sync window), when they are and something differs.
+    pub held: Option<String>,
 }
 
 /// The commit statuses an app's state calls for: one on the revision in force, and an `error`
@@ -114,6 +119,10 @@ pub fn derive(f: &Facts<'_>, external_url: Option<&str>) -> Vec<CommitStatus> {
             (State::Pending, format!("applying {n} objects"))
         } else if let Some(e) = &f.in_force_error {
             (State::Error, e.clone())
+        } else if let Some(why) = &f.failing {
+            (State::Failure, why.clone())
+        } else if let Some(why) = &f.held {
+            (State::Pending, why.clone())
         } else if f.health == Health::Degraded {
             (State::Failure, format!("applied {n} objects, degraded"))
         } else if f.out_of_sync > 0 {
@@ -871,6 +880,8 @@ mod tests {
             not_ready: 0,
             health: Health::Healthy,
             rejected: None,
+            failing: None,
+            held: None,
         }
     }
 

@@ -185,7 +185,7 @@ async fn sync_app(
         };
         return json_response(StatusCode::UNAUTHORIZED, json!({ "error": why }));
     }
-    if s.handle.trigger(&name) {
+    if s.handle.manual_sync(&name) {
         tracing::info!(app = %name, "Manual sync requested");
         json_response(StatusCode::ACCEPTED, json!({ "triggered": [name] }))
     } else {

@@ -102,6 +102,11 @@ pub struct AppStatus {
     pub health: Health,
     /// RFC 3339 time the app last became out of sync; `null` when synced.
     pub out_of_sync_since: Option<String>,
+    /// RFC 3339 time the app started converging (a new revision, drift, an object not ready)
+    /// without having converged since; `null` when synced and healthy. Past
+    /// `sync.progressDeadline`, `Progressing` turns False.
+    #[serde(default)]
+    pub progressing_since: Option<String>,
     /// Conditions, kstatus-compatible.
     pub conditions: Vec<Condition>,
     /// Every declared object (and every object awaiting pruning).
@@ -120,6 +125,7 @@ impl AppStatus {
             sync: SyncStatus::Unknown,
             health: Health::Unknown,
             out_of_sync_since: None,
+            progressing_since: None,
             conditions: Vec::new(),
             resources: Vec::new(),
             diagnostics: Vec::new(),
@@ -191,6 +197,35 @@ pub fn set_condition(
             true
         }
     }
+}
+
+/// Like [`set_condition`], but `lastTransitionTime` also moves when the reason changes (for
+/// conditions whose reason is the state, such as `Healthy`: Progressing → Degraded is a
+/// transition).
+pub fn set_condition_by_reason(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    now: &str,
+) -> bool {
+    let reason_changed = conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .is_some_and(|c| c.reason != reason);
+    let changed = set_condition(conditions, type_, status, reason, message, now);
+    if reason_changed && let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        c.last_transition_time = now.to_string();
+    }
+    changed
+}
+
+/// Removes a condition; true when it was there.
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
 }
 
 /// Reads every app status record in the store, sorted by app name.

@@ -50,6 +50,8 @@ fn facts(app: &str) -> Facts<'_> {
         not_ready: 0,
         health: Health::Healthy,
         rejected: None,
+        failing: None,
+        held: None,
     }
 }
 

@@ -46,16 +46,27 @@ impl Readiness {
 /// A handle on a running agent: manual triggers and readiness.
 #[derive(Clone, Debug)]
 pub struct Handle {
-    triggers: HashMap<String, mpsc::Sender<()>>,
+    /// Per app: `true` for a manual sync, `false` for a fetch (a webhook).
+    triggers: HashMap<String, mpsc::Sender<bool>>,
     readiness: Arc<Readiness>,
 }
 
 impl Handle {
     /// Asks `app` to fetch and reconcile now. False when there is no such app.
     pub fn trigger(&self, app: &str) -> bool {
+        self.send(app, false)
+    }
+
+    /// Asks `app` for a manual sync now: a fetch and reconcile that sync windows with
+    /// `manualSync: true` let through. False when there is no such app.
+    pub fn manual_sync(&self, app: &str) -> bool {
+        self.send(app, true)
+    }
+
+    fn send(&self, app: &str, manual: bool) -> bool {
         match self.triggers.get(app) {
             Some(tx) => {
-                let _ = tx.try_send(());
+                let _ = tx.try_send(manual);
                 true
             }
             None => false,
@@ -188,7 +199,7 @@ async fn watch_store(
 struct AppLoop {
     app: App,
     events: broadcast::Receiver<WatchItem>,
-    manual: mpsc::Receiver<()>,
+    manual: mpsc::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     readiness: Arc<Readiness>,
 }
@@ -197,11 +208,18 @@ impl AppLoop {
     async fn run(mut self) {
         let mut next_fetch = Instant::now();
         loop {
+            // Something timed (a held revert, a window, a deadline) may come before the poll.
+            let wake = self
+                .app
+                .next_wakeup()
+                .map(Instant::from_std)
+                .filter(|t| *t < next_fetch);
             let trigger = tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => break,
                 _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
-                Some(()) = self.manual.recv() => Trigger::Fetch,
+                _ = tokio::time::sleep_until(wake.unwrap_or(next_fetch)), if wake.is_some() => Trigger::Wake,
+                Some(manual) = self.manual.recv() => if manual { Trigger::Manual } else { Trigger::Fetch },
                 item = self.events.recv() => match item {
                     Ok(item) => match self.collect(item) {
                         Some(t) => t,
@@ -214,7 +232,7 @@ impl AppLoop {
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
             };
-            let fetch = trigger == Trigger::Fetch;
+            let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
             let (delay, _report) = self.app.reconcile(trigger).await;
             self.readiness.done(self.app.name());
             if fetch || self.app.failing() {
@@ -264,15 +282,5 @@ mod tests {
         assert_eq!(r.waiting(), vec!["b"]);
         r.done("b");
         assert!(r.waiting().is_empty());
-    }
-
-    #[test]
-    fn backoff_doubles_from_five_seconds_to_three_minutes() {
-        let mut b = Backoff::default();
-        let delays: Vec<u64> = (0..8).map(|_| b.fail().as_secs()).collect();
-        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 180, 180]);
-        assert!(b.failing());
-        b.reset();
-        assert_eq!(b.fail().as_secs(), 5);
     }
 }

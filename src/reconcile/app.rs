@@ -6,16 +6,20 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use super::{Backoff, Error, Report, Trigger, error_chain};
+use super::{Backoff, Error, Fights, Report, Trigger, error_chain};
 use crate::config::AppConfig;
 use crate::diff::{Action, PlanOptions};
 use crate::health::{self, Health};
 use crate::manifest::{self, Diagnostic};
 use crate::object::{Object, ObjectKey, Revision};
 use crate::source::{self, GitCache};
-use crate::status::{self, AppStatus, ResourceStatus, SyncStatus, set_condition};
+use crate::status::{
+    self, AppStatus, ResourceStatus, SyncStatus, remove_condition, set_condition,
+    set_condition_by_reason,
+};
 use crate::store::{self, Store};
 use crate::sync::{self, Inventory};
+use crate::window::{self, Window};
 
 /// The desired set in force.
 #[derive(Clone, Debug)]
@@ -84,6 +88,16 @@ pub struct App {
     reporter: Option<crate::report::Reporter>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     health_rules: health::CustomRules,
+    /// The app's sync windows, and their state at the last reconcile.
+    windows: Vec<Window>,
+    window_state: Option<window::State>,
+    /// True during a reconcile a person asked for.
+    manual: bool,
+    /// Objects another writer keeps changing back, and the reverts held for them.
+    fights: Fights,
+    held_keys: BTreeSet<ObjectKey>,
+    /// When the app started converging without having converged since.
+    progressing_since: Option<std::time::SystemTime>,
 }
 
 impl App {
@@ -121,6 +135,24 @@ impl App {
         });
         let mut status = written.clone().unwrap_or_else(|| AppStatus::new(&name));
         status.name = name.clone();
+        let windows = cfg
+            .sync
+            .windows
+            .iter()
+            .filter_map(|w| match Window::new(w) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "Sync window ignored");
+                    None
+                }
+            })
+            .collect();
+        let retry = &cfg.sync.retry;
+        let backoff = Backoff::new(retry.backoff.value, retry.factor, retry.max_backoff.value);
+        let progressing_since = status
+            .progressing_since
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok());
         let resources = status
             .resources
             .iter()
@@ -147,8 +179,14 @@ impl App {
             self_writes: HashMap::new(),
             status,
             written,
-            backoff: Backoff::default(),
+            backoff,
             source_message: None,
+            windows,
+            window_state: None,
+            manual: false,
+            fights: Fights::default(),
+            held_keys: BTreeSet::new(),
+            progressing_since,
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
@@ -199,16 +237,49 @@ impl App {
     pub async fn reconcile(&mut self, trigger: Trigger) -> (Duration, Report) {
         let started = std::time::Instant::now();
         let mut report = Report::default();
-        let fetch = trigger == Trigger::Fetch;
-        let scope = match trigger {
+        let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
+        self.manual = trigger == Trigger::Manual;
+        self.fights.expire(started);
+        let mut scope = match trigger {
             Trigger::Keys(keys) => Some(keys),
+            // Held reverts that are due now; otherwise a full pass (a window changed, a
+            // deadline passed).
+            Trigger::Wake => {
+                let due: BTreeSet<ObjectKey> = self
+                    .held_keys
+                    .iter()
+                    .filter(|k| !self.fights.held(k, started))
+                    .cloned()
+                    .collect();
+                (!due.is_empty()).then_some(due)
+            }
             _ => None,
         };
+        // Objects being fought over wait for their hold to end.
+        let mut skip_enforce = false;
+        if let Some(keys) = &mut scope {
+            keys.retain(|k| {
+                if self.fights.held(k, started) {
+                    self.held_keys.insert(k.clone());
+                    false
+                } else {
+                    self.held_keys.remove(k);
+                    true
+                }
+            });
+            skip_enforce = keys.is_empty();
+        }
+        if !self.windows.is_empty() {
+            self.window_state = Some(window::state(&self.windows, chrono::Utc::now()));
+        }
         let mut failed = false;
         if fetch && self.fetch_and_parse(&mut report).await.is_err() {
             failed = true;
         }
-        if self.in_force.is_some() && self.enforce(scope.as_ref(), &mut report).await.is_err() {
+        if self.in_force.is_some()
+            && !skip_enforce
+            && self.enforce(scope.as_ref(), &mut report).await.is_err()
+        {
             failed = true;
         }
         self.compute_status();
@@ -232,6 +303,57 @@ impl App {
             self.cfg.source.interval.value
         };
         (delay, report)
+    }
+
+    /// True when a sync may write now: no sync window holds the app, or one does and a person
+    /// asked for this sync and every holding window allows manual syncs.
+    fn may_apply(&self) -> bool {
+        self.window_state
+            .as_ref()
+            .is_none_or(|w| w.automatic || (self.manual && w.manual))
+    }
+
+    /// When something timed is due for this app (a held revert, a sync window opening or
+    /// closing, a progress deadline or a staleness threshold passing); the loop runs a
+    /// [`Trigger::Wake`] reconcile then.
+    pub fn next_wakeup(&self) -> Option<std::time::Instant> {
+        let now = std::time::Instant::now();
+        let wall = std::time::SystemTime::now();
+        let in_instant = |t: std::time::SystemTime| {
+            let d = t.duration_since(wall).unwrap_or_default();
+            now + d
+        };
+        let mut due: Vec<std::time::Instant> = Vec::new();
+        if !self.held_keys.is_empty() {
+            due.extend(
+                self.held_keys
+                    .iter()
+                    .filter_map(|k| self.fights.hold_until(k)),
+            );
+        }
+        due.extend(self.fights.next_due(now));
+        if let Some(t) = window::next_change(&self.windows, chrono::Utc::now()) {
+            due.push(in_instant(t.into()));
+        }
+        if let Some(since) = self.progressing_since {
+            let t = since + self.cfg.sync.progress_deadline.value;
+            if t > wall {
+                due.push(in_instant(t));
+            }
+        }
+        if let (Some(stale), Some(since)) =
+            (&self.cfg.sync.stale_after, &self.status.out_of_sync_since)
+            && let Ok(since) = humantime::parse_rfc3339(since)
+        {
+            let t = since + stale.value;
+            if t > wall {
+                due.push(in_instant(t));
+            }
+        }
+        // A second late, so the time has surely passed.
+        due.into_iter()
+            .min()
+            .map(|t| t + Duration::from_millis(1000))
     }
 
     /// What the app reads and how: the repository, the path and the default namespace. The
@@ -407,7 +529,7 @@ impl App {
             desired,
         });
         report.applied_new_revision = true;
-        if !self.dry_run {
+        if !self.dry_run && self.may_apply() {
             // Say what is happening before the (possibly long) apply.
             set_condition(
                 &mut self.status.conditions,
@@ -437,8 +559,10 @@ impl App {
             return Ok(());
         };
         let new_revision = self.applied.as_ref() != Some(&in_force.revision);
-        // Detect-only: a new revision is applied, drift is only reported.
-        let dry_run = self.dry_run || (!self.cfg.sync.self_heal && !new_revision);
+        // Detect-only: a new revision is applied, drift is only reported. A sync window that
+        // holds the app allows neither (unless a person asked and the window lets them).
+        let dry_run =
+            self.dry_run || !self.may_apply() || (!self.cfg.sync.self_heal && !new_revision);
         let request = sync::Request {
             app: self.name(),
             revision: &in_force.revision,
@@ -484,8 +608,14 @@ impl App {
                 .iter()
                 .filter(|s| s.action != Action::Unchanged && s.skipped.is_none())
             {
-                let fields: Vec<&str> = step.changes.iter().map(|c| c.path.as_str()).collect();
+                let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
                 tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
+                if let Some(hold) =
+                    self.fights
+                        .reverted(&step.key, fields.clone(), std::time::Instant::now())
+                {
+                    tracing::warn!(object = %step.key, fields = ?fields, hold = ?hold, "Another writer keeps changing it back; holding the next revert");
+                }
             }
         } else if changed > 0 && !dry_run {
             tracing::info!(
@@ -500,6 +630,10 @@ impl App {
             .await;
         if let Some(inventory) = outcome.inventory {
             if !dry_run {
+                if new_revision && inventory.revision.is_some() {
+                    // A new revision starts its own progress clock.
+                    self.progressing_since = Some(std::time::SystemTime::now());
+                }
                 self.applied = inventory.revision.clone();
             }
             self.inventory = Some(inventory);
@@ -641,14 +775,15 @@ impl App {
 
     /// Recomputes the status from the state.
     fn compute_status(&mut self) {
+        let wall = std::time::SystemTime::now();
         let now = store::now_rfc3339();
         let s = &mut self.status;
-        s.revision = self.in_force.as_ref().map(|f| f.revision.0.clone());
+        s.revision = self.applied.as_ref().map(|r| r.0.clone());
         s.last_attempted_revision = self
             .last_attempted
             .as_ref()
             .map(|r| r.0.clone())
-            .or_else(|| s.revision.clone());
+            .or_else(|| self.in_force.as_ref().map(|f| f.revision.0.clone()));
         if self.resources_dirty || s.resources.len() != self.resources.len() {
             s.resources = self.resources.values().cloned().collect();
         }
@@ -664,9 +799,13 @@ impl App {
         ) || self.in_force.is_none()
             || self.sync_error.is_some();
         let blocked = matches!(self.problem, Some(Problem::Blocked { .. }));
+        let pending_revision = self
+            .in_force
+            .as_ref()
+            .is_some_and(|f| self.applied.as_ref() != Some(&f.revision));
         s.sync = if unknown {
             SyncStatus::Unknown
-        } else if blocked || out_of_sync > 0 {
+        } else if blocked || out_of_sync > 0 || pending_revision {
             SyncStatus::OutOfSync
         } else {
             SyncStatus::Synced
@@ -684,6 +823,56 @@ impl App {
                 }
             }
         }
+        // The worst object and why, for messages.
+        let worst_object = s
+            .resources
+            .iter()
+            .filter(|r| r.health == s.health && s.health != Health::Healthy)
+            .map(|r| {
+                let why = r.health_message.as_deref().unwrap_or("");
+                if why.is_empty() {
+                    r.key().to_string()
+                } else {
+                    format!("{}: {why}", r.key())
+                }
+            })
+            .next()
+            .unwrap_or_default();
+        // Convergence: synced and healthy (or deliberately suspended), with nothing failing.
+        let converged = s.sync == SyncStatus::Synced
+            && matches!(s.health, Health::Healthy | Health::Suspended)
+            && self.conflicts.is_empty();
+        if converged || self.in_force.is_none() {
+            self.progressing_since = None;
+        } else if self.progressing_since.is_none() {
+            self.progressing_since = Some(wall);
+        }
+        s.progressing_since = self
+            .progressing_since
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string());
+        let deadline = self.cfg.sync.progress_deadline.value;
+        let progressing_for = self
+            .progressing_since
+            .map(|t| wall.duration_since(t).unwrap_or_default());
+        let deadline_exceeded = progressing_for.is_some_and(|d| d > deadline);
+        let gap = s
+            .out_of_sync_since
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .map(|t| wall.duration_since(t).unwrap_or_default());
+        let stale = self
+            .cfg
+            .sync
+            .stale_after
+            .as_ref()
+            .and_then(|limit| gap.filter(|g| *g > limit.value).map(|g| (g, limit.value)));
+        let held = self
+            .window_state
+            .as_ref()
+            .filter(|w| !w.automatic && (out_of_sync > 0 || pending_revision));
+        let secs =
+            |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
+
         let enforcing = self
             .in_force
             .as_ref()
@@ -709,7 +898,9 @@ impl App {
             )
         } else if let Some(why) = &self.prune_blocked {
             (false, "PruneBlocked", why.clone())
-        } else if out_of_sync > 0 {
+        } else if let Some(w) = held {
+            (false, "HeldBySyncWindow", w.message.clone())
+        } else if out_of_sync > 0 || pending_revision {
             let why = if self.cfg.sync.self_heal {
                 ""
             } else {
@@ -720,6 +911,17 @@ impl App {
                 "OutOfSync",
                 format!("{out_of_sync} object(s) differ from Git{why}"),
             )
+        } else if deadline_exceeded {
+            (
+                false,
+                "ProgressDeadlineExceeded",
+                format!(
+                    "not healthy after {}: {worst_object}",
+                    secs(progressing_for.unwrap_or_default())
+                ),
+            )
+        } else if !matches!(s.health, Health::Healthy | Health::Suspended) {
+            (false, health_reason(s.health), worst_object.clone())
         } else if let Some(f) = &self.in_force {
             (
                 true,
@@ -734,6 +936,143 @@ impl App {
             (false, "Initializing", "no revision applied yet".to_string())
         };
         set_condition(&mut s.conditions, "Ready", ready, reason, message, &now);
+        // Health, as its own condition: each change of health is a transition.
+        if self.in_force.is_some() {
+            let message = if s.health == Health::Healthy {
+                format!("{} objects healthy", s.resources.len())
+            } else {
+                worst_object.clone()
+            };
+            set_condition_by_reason(
+                &mut s.conditions,
+                "Healthy",
+                s.health == Health::Healthy,
+                health_reason(s.health),
+                message,
+                &now,
+            );
+        }
+        // Progress: True while converging within the deadline, False past it.
+        match progressing_for {
+            None => {
+                set_condition(
+                    &mut s.conditions,
+                    "Progressing",
+                    true,
+                    "Converged",
+                    "synced and healthy",
+                    &now,
+                );
+            }
+            Some(d) if d > deadline => {
+                set_condition(
+                    &mut s.conditions,
+                    "Progressing",
+                    false,
+                    "ProgressDeadlineExceeded",
+                    format!(
+                        "not converged after {} (progressDeadline {}): {}",
+                        secs(d),
+                        secs(deadline),
+                        if worst_object.is_empty() {
+                            format!("{out_of_sync} object(s) differ from Git")
+                        } else {
+                            worst_object.clone()
+                        }
+                    ),
+                    &now,
+                );
+            }
+            Some(d) => {
+                set_condition(
+                    &mut s.conditions,
+                    "Progressing",
+                    true,
+                    "Progressing",
+                    format!(
+                        "converging for {} (progressDeadline {})",
+                        secs(d),
+                        secs(deadline)
+                    ),
+                    &now,
+                );
+            }
+        }
+        // The gap's age past its threshold.
+        if let Some(limit) = &self.cfg.sync.stale_after {
+            match stale {
+                Some((g, l)) => set_condition(
+                    &mut s.conditions,
+                    "Stale",
+                    true,
+                    "GapExceededThreshold",
+                    format!("out of sync for {} (staleAfter {})", secs(g), secs(l)),
+                    &now,
+                ),
+                None => set_condition(
+                    &mut s.conditions,
+                    "Stale",
+                    false,
+                    "WithinThreshold",
+                    format!("staleAfter {}", secs(limit.value)),
+                    &now,
+                ),
+            };
+        } else {
+            remove_condition(&mut s.conditions, "Stale");
+        }
+        // Sync windows.
+        match &self.window_state {
+            Some(w) => {
+                set_condition(
+                    &mut s.conditions,
+                    "SyncWindow",
+                    w.automatic,
+                    w.reason.unwrap_or("Open"),
+                    w.message.clone(),
+                    &now,
+                );
+            }
+            None => {
+                remove_condition(&mut s.conditions, "SyncWindow");
+            }
+        }
+        // Fights with another writer.
+        let fights = self.fights.active();
+        if let Some((key, fight)) = fights.first() {
+            let hold = self
+                .fights
+                .hold_until(key)
+                .map(|t| t.saturating_duration_since(std::time::Instant::now()))
+                .unwrap_or_default();
+            set_condition(
+                &mut s.conditions,
+                "Contested",
+                true,
+                "AnotherWriter",
+                format!(
+                    "{key} field {} is changed back by another writer ({} reverts); next revert in {}{}",
+                    fight.fields.join(", "),
+                    fight.reverts,
+                    secs(hold),
+                    if fights.len() > 1 {
+                        format!("; {} objects contested", fights.len())
+                    } else {
+                        String::new()
+                    }
+                ),
+                &now,
+            );
+        } else if s.conditions.iter().any(|c| c.type_ == "Contested") {
+            set_condition(
+                &mut s.conditions,
+                "Contested",
+                false,
+                "NoContention",
+                "no other writer is changing objects back",
+                &now,
+            );
+        }
         let failing = self.backoff.failing()
             || matches!(self.problem, Some(Problem::Source { .. }))
             || self.sync_error.is_some();
@@ -810,6 +1149,14 @@ impl App {
             _ => None,
         };
         let attempted = self.last_attempted.as_ref().map(|r| r.0.as_str());
+        let condition = |t: &str| self.status.condition(t);
+        let failing = condition("Progressing")
+            .filter(|c| c.reason == "ProgressDeadlineExceeded")
+            .or_else(|| condition("Stale").filter(|c| c.status == "True"))
+            .map(|c| c.message.clone());
+        let held = condition("Ready")
+            .filter(|c| c.reason == "HeldBySyncWindow")
+            .map(|c| c.message.clone());
         let resources = self.resources.values();
         let out_of_sync = resources
             .clone()
@@ -828,6 +1175,8 @@ impl App {
             not_ready: if applying { 0 } else { not_ready },
             health: self.status.health,
             rejected: attempted.zip(rejected),
+            failing,
+            held,
         };
         reporter.observe(&facts);
     }
@@ -853,6 +1202,18 @@ impl App {
     }
 }
 
+/// The condition reason for a health: its name.
+fn health_reason(h: Health) -> &'static str {
+    match h {
+        Health::Healthy => "Healthy",
+        Health::Suspended => "Suspended",
+        Health::Progressing => "Progressing",
+        Health::Missing => "Missing",
+        Health::Degraded => "Degraded",
+        Health::Unknown => "Unknown",
+    }
+}
+
 /// True when two statuses agree on everything but the per-object list.
 fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
     a.name == b.name
@@ -861,6 +1222,7 @@ fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
         && a.sync == b.sync
         && a.health == b.health
         && a.out_of_sync_since == b.out_of_sync_since
+        && a.progressing_since == b.progressing_since
         && a.conditions == b.conditions
         && a.diagnostics == b.diagnostics
 }

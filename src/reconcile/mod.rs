@@ -26,7 +26,7 @@ mod backoff;
 
 pub use agent::{Agent, Handle, Readiness};
 pub use app::App;
-pub use backoff::Backoff;
+pub use backoff::{Backoff, Fights};
 
 use std::collections::BTreeSet;
 
@@ -69,6 +69,12 @@ pub enum Trigger {
     Enforce,
     /// These objects changed in the store: enforce just them.
     Keys(BTreeSet<ObjectKey>),
+    /// A person asked for a sync (`POST /api/v1/apps/{name}/sync`): as `Fetch`, and allowed
+    /// through sync windows that have `manualSync: true`.
+    Manual,
+    /// Something timed is due: a held revert, a sync window opening or closing, a progress
+    /// deadline or staleness threshold passing ([`App::next_wakeup`]).
+    Wake,
 }
 
 /// What one reconcile did, for logs and the `sync` command.
