@@ -562,7 +562,8 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
     let mut all_synced = true;
     for mut app in apps {
         let span = tracing::info_span!("app", app = %app.name());
-        let (_, report) = app.reconcile(Trigger::Fetch).instrument(span).await;
+        // A sync asked for by a person: sync windows with `manualSync: true` let it through.
+        let (_, report) = app.reconcile(Trigger::Manual).instrument(span).await;
         let st = app.status();
         if dry_run {
             print!("{}", report.dry_run_diff);

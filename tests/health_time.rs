@@ -1,0 +1,432 @@
+//! Health in the running agent, and what time does to it: progress deadlines, the gap's age,
+//! fights with another writer, sync windows, and `driftless wait` / `health` / offline `diff`.
+//! The real binary, real Git repositories, short durations.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Env, configmap, stdout};
+use serde_json::{Value, json};
+
+fn deployment(replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      containers: [{{name: web, image: nginx}}]\n"
+    )
+}
+
+fn condition(env: &Env, type_: &str) -> Value {
+    env.status()["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Plays a Deployment controller: writes a status saying the rollout is done.
+fn roll_out(env: &Env) {
+    let live = env.get("deployment", "web").expect("the deployment exists");
+    let mut done = live.clone();
+    let generation = live["metadata"]["generation"].clone();
+    done["status"] = json!({"observedGeneration": generation, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2, "readyReplicas": 2});
+    env.put(&serde_json::to_string(&done).unwrap());
+}
+
+#[test]
+fn a_deployment_nobody_rolls_out_passes_its_progress_deadline_then_recovers() {
+    let env = Env::with_options("1h", "      progressDeadline: 2s\n");
+    env.repo.write("app/web.yaml", deployment(2));
+    env.repo.commit("a deployment");
+    let _agent = env.agent();
+    env.wait("applied", Duration::from_secs(30), || {
+        env.get("deployment", "web").is_some()
+    });
+    // No controller has observed it: Progressing, within the deadline at first.
+    let st = env.status();
+    assert_eq!(st["health"], "Progressing");
+    assert!(st["progressingSince"].is_string(), "{st}");
+    let web = st["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "web")
+        .unwrap()
+        .clone();
+    assert_eq!(web["health"], "Progressing");
+    assert!(
+        web["healthMessage"]
+            .as_str()
+            .unwrap()
+            .contains("observed deployment generation"),
+        "{web}"
+    );
+    // Past the deadline, without any new event: the loop wakes for it.
+    env.wait("ProgressDeadlineExceeded", Duration::from_secs(15), || {
+        condition(&env, "Progressing")["reason"] == "ProgressDeadlineExceeded"
+    });
+    let p = condition(&env, "Progressing");
+    assert_eq!(p["status"], "False");
+    assert!(
+        p["message"]
+            .as_str()
+            .unwrap()
+            .contains("Deployment.apps default/web"),
+        "{p}"
+    );
+    assert_eq!(
+        condition(&env, "Ready")["reason"],
+        "ProgressDeadlineExceeded"
+    );
+    let healthy = condition(&env, "Healthy");
+    assert_eq!(
+        (healthy["status"].as_str(), healthy["reason"].as_str()),
+        (Some("False"), Some("Progressing"))
+    );
+    // A controller finishes the rollout: healthy, converged, deadline cleared.
+    roll_out(&env);
+    env.wait("recovery", Duration::from_secs(15), || {
+        env.status()["health"] == "Healthy"
+    });
+    let st = env.status();
+    assert_eq!(st["progressingSince"], Value::Null);
+    assert_eq!(condition(&env, "Progressing")["reason"], "Converged");
+    assert_eq!(condition(&env, "Ready")["status"], "True");
+    assert_eq!(condition(&env, "Healthy")["status"], "True");
+}
+
+#[test]
+fn the_gaps_age_turns_stale_past_its_threshold_and_clears_when_synced() {
+    let env = Env::with_options("1h", "      selfHeal: false\n      staleAfter: 2s\n");
+    let _agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    assert_eq!(condition(&env, "Stale")["status"], "False");
+    env.put(&configmap("a", &[("k", "by hand")]));
+    env.wait("out of sync", Duration::from_secs(10), || {
+        env.status()["sync"] == "OutOfSync"
+    });
+    let since = env.status()["outOfSyncSince"].as_str().unwrap().to_string();
+    env.wait("stale", Duration::from_secs(15), || {
+        condition(&env, "Stale")["status"] == "True"
+    });
+    let stale = condition(&env, "Stale");
+    assert_eq!(stale["reason"], "GapExceededThreshold");
+    assert!(
+        stale["message"].as_str().unwrap().contains("staleAfter 2s"),
+        "{stale}"
+    );
+    assert_eq!(
+        env.status()["outOfSyncSince"],
+        since,
+        "the gap keeps its start"
+    );
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "by hand",
+        "detect-only: never reverted"
+    );
+    // Someone puts it back: synced, the gap closes.
+    env.put(&configmap("a", &[("k", "1")]));
+    env.wait("synced again", Duration::from_secs(10), || {
+        env.status()["sync"] == "Synced"
+    });
+    assert_eq!(env.status()["outOfSyncSince"], Value::Null);
+    assert_eq!(condition(&env, "Stale")["status"], "False");
+}
+
+#[test]
+fn a_writer_that_keeps_changing_a_field_back_is_held_off_and_named() {
+    let env = Env::new();
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    // Another writer sets the field back every 100 ms for 3 s.
+    let start = Instant::now();
+    let mut writes = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        env.put(&configmap("a", &[("k", "theirs")]));
+        writes += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let contested = condition(&env, "Contested");
+    assert_eq!(contested["status"], "True", "{contested}");
+    assert_eq!(contested["reason"], "AnotherWriter");
+    let message = contested["message"].as_str().unwrap();
+    assert!(
+        message.contains("ConfigMap default/a") && message.contains("data.k"),
+        "{message}"
+    );
+    // The writer stopped: the agent still gets its way once the hold ends, and keeps going.
+    env.wait("the final revert", Duration::from_secs(30), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let (_, log) = agent.stop();
+    let reverts = log.matches("Drift reverted").count();
+    assert!(reverts >= 3, "{reverts} reverts");
+    assert!(
+        reverts * 3 < writes,
+        "{reverts} reverts for {writes} writes: the agent backed off"
+    );
+    assert!(
+        log.contains("Another writer keeps changing it back"),
+        "{log}"
+    );
+}
+
+/// A deny window active now (in UTC) that ends at the next full hour.
+fn deny_this_hour(manual: bool) -> (String, String) {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let hour: u32 = now[11..13].parse().unwrap();
+    let next = format!("T{:02}:00:00Z", (hour + 1) % 24);
+    (
+        format!(
+            "      windows:\n      - {{kind: deny, schedule: \"0 {hour} * * *\", duration: 1h, timeZone: UTC, manualSync: {manual}}}\n"
+        ),
+        next,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_window_holds_applies_and_reverts_and_manual_sync_passes_it() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let (window, resumes) = deny_this_hour(true);
+    env.app_config(&window);
+    env.server_config("server:\n  listen: \"127.0.0.1:0\"\n  token: {env: DRIFTLESS_TEST_TOKEN}\n");
+    let _agent = env.agent_with_env(&[("DRIFTLESS_TEST_TOKEN", "t")]);
+    let base = format!("http://{}", env.http_addr());
+    env.wait("the window in the status", Duration::from_secs(30), || {
+        condition(&env, "SyncWindow")["reason"] == "DenyWindowActive"
+    });
+    let w = condition(&env, "SyncWindow");
+    assert_eq!(w["status"], "False");
+    let message = w["message"].as_str().unwrap();
+    assert!(
+        message.contains("deny window `0 ")
+            && message.contains("until")
+            && message.contains(&resumes),
+        "{message}"
+    );
+    // Drift is detected, not reverted.
+    env.put(&configmap("a", &[("k", "during the window")]));
+    env.wait("drift reported", Duration::from_secs(10), || {
+        env.status()["sync"] == "OutOfSync"
+    });
+    assert_eq!(condition(&env, "Ready")["reason"], "HeldBySyncWindow");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "during the window"
+    );
+    // A new commit is not applied automatically (poll by hand with a webhook-free fetch: the
+    // status keeps the old revision and names the new one as attempted).
+    let before = env.status()["revision"].clone();
+    env.repo.write("app/b.yaml", configmap("b", &[("k", "2")]));
+    let head = env.repo.commit("during the window");
+    // A person's sync passes the window (manualSync: true).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let r = reqwest::Client::new()
+        .post(format!("{base}/api/v1/apps/demo/sync"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    env.wait("the manual sync", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    assert_ne!(before, head);
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "1",
+        "the manual sync reverted the drift too"
+    );
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "2");
+}
+
+#[test]
+fn without_manual_sync_a_deny_window_holds_even_manual_syncs_and_new_commits() {
+    let env = Env::with_options("1s", "");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let applied = env.repo.head();
+    let (window, _) = deny_this_hour(false);
+    env.app_config(&window);
+    let _agent = env.agent();
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "new")]));
+    let head = env.repo.commit("held");
+    env.wait("the new commit is seen", Duration::from_secs(30), || {
+        env.status()["lastAttemptedRevision"] == head
+    });
+    let st = env.status();
+    assert_eq!(st["revision"], applied, "not applied");
+    assert_eq!(st["sync"], "OutOfSync");
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // `driftless sync` by hand is a manual sync: held too, since the window does not allow it.
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+}
+
+#[test]
+fn wait_exits_0_when_the_conditions_hold_and_1_at_the_timeout() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let head = env.repo.head();
+    let ok = env.run(&[
+        "wait",
+        "--app",
+        "demo",
+        "--for",
+        "synced,healthy",
+        "--timeout",
+        "10s",
+        "--revision",
+        &head[..10],
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("demo is Synced and Healthy"),
+        "{}",
+        stdout(&ok)
+    );
+    // A deployment nobody rolls out never gets healthy.
+    env.repo.write("app/web.yaml", deployment(1));
+    env.repo.commit("deployment");
+    assert_eq!(
+        env.run(&["sync"]).status.code(),
+        Some(0),
+        "synced, though not healthy"
+    );
+    let started = Instant::now();
+    let late = env.run(&["wait", "--app", "demo", "--timeout", "2s"]);
+    assert_eq!(late.status.code(), Some(1));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let text = stdout(&late);
+    assert!(
+        text.starts_with("timed out after 2s: demo is Synced and Progressing"),
+        "{text}"
+    );
+    assert!(text.contains("Deployment.apps default/web"), "{text}");
+    // `--for synced` alone holds already.
+    assert_eq!(
+        env.run(&[
+            "wait",
+            "--app",
+            "demo",
+            "--for",
+            "synced",
+            "--timeout",
+            "5s"
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    assert_eq!(
+        env.run(&["wait", "--app", "demo", "--for", "pretty"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn the_health_command_applies_the_configs_cel_rules() {
+    let env = Env::new();
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    std::fs::write(
+        env.config(),
+        format!("health:\n- group: example.com\n  kind: Widget\n  healthy: \"status.phase == 'Running'\"\n  degraded: \"has(status.error)\"\n{config}"),
+    )
+    .unwrap();
+    let f = env.dir.path().join("widgets.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: up, namespace: d}\nstatus: {phase: Running}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: broken, namespace: d}\nstatus: {phase: Running, error: boom}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: starting, namespace: d}\nstatus: {phase: Starting, conditions: [{type: Ready, status: \"False\", message: warming up}]}\n",
+    )
+    .unwrap();
+    let out = env.run(&["health", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out),
+        "Widget.example.com d/up: Healthy: custom rule: status.phase == 'Running'\nWidget.example.com d/broken: Degraded: custom rule: has(status.error)\nWidget.example.com d/starting: Progressing: Ready is False: warming up\n"
+    );
+    let json_out = env.run(&["health", "-f", f.to_str().unwrap(), "-o", "json"]);
+    let v: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(v["objects"][1]["health"], "Degraded");
+    assert_eq!(v["objects"][1]["name"], "broken");
+}
+
+#[test]
+fn offline_diff_gives_every_conformance_verdict_and_the_label_changes() {
+    let dir = common::data_dir().join("conformance/gitops-engine/diff");
+    let run = |desired: &std::path::Path, live: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_driftless"))
+            .args(["diff", "--desired"])
+            .arg(desired)
+            .arg("--live")
+            .arg(live)
+            .output()
+            .unwrap()
+    };
+    let expected = std::fs::read_to_string(dir.join("expected.tsv")).unwrap();
+    for line in expected.lines().skip(1) {
+        let (pair, _) = line.split_once('\t').unwrap();
+        if pair.contains(' ') {
+            continue;
+        }
+        let out = run(
+            &dir.join(format!("{pair}-config.json")),
+            &dir.join(format!("{pair}-live.json")),
+        );
+        // Every plain pair is "no drift" (aggr-clusterrole: aggregated rules are ignored).
+        assert_eq!(out.status.code(), Some(0), "{pair}: {}", stdout(&out));
+    }
+    // The labelled variant: one added, one removed, one changed label.
+    let mut changed: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("elasticsearch-config.json")).unwrap(),
+    )
+    .unwrap();
+    let labels = changed["metadata"]["labels"].as_object_mut().unwrap();
+    labels.insert("foo".into(), "bar".into());
+    labels.insert("chart".into(), "elasticsearch-1.7.1".into());
+    labels.remove("release");
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("changed.json");
+    std::fs::write(&f, serde_json::to_string(&changed).unwrap()).unwrap();
+    let out = run(&f, &dir.join("elasticsearch-live.json"));
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("metadata.labels.chart: \"elasticsearch-1.7.0\" -> \"elasticsearch-1.7.1\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("metadata.labels.foo: (absent) -> \"bar\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("metadata.labels.release: \"elasticsearch4\" -> (absent)"),
+        "{text}"
+    );
+    // Two different objects, or a broken file: 2.
+    let other = run(
+        &dir.join("deployment-config.json"),
+        &dir.join("elasticsearch-live.json"),
+    );
+    assert_eq!(other.status.code(), Some(2));
+    std::fs::write(tmp.path().join("bad.json"), "{").unwrap();
+    assert_eq!(
+        run(
+            &tmp.path().join("bad.json"),
+            &dir.join("elasticsearch-live.json")
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+}
