@@ -207,6 +207,10 @@ pub fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // SAFETY: no thread has started yet, so nothing else uses libgit2.
+    unsafe {
+        crate::source::set_socket_timeouts();
+    }
     let cli = Cli::parse();
     init_logging(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -220,7 +224,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run_command(cli)) {
+    let result = runtime.block_on(run_command(cli));
+    // Do not wait for blocking tasks still running (a fetch from a silent server).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -381,6 +388,11 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let mut stop_server = rx.clone();
     let http = tokio::spawn(
         async move {
+            let listener = server::GuardedListener::new(
+                listener,
+                server::MAX_CONNECTIONS,
+                server::IDLE_TIMEOUT,
+            );
             let served = axum::serve(listener, server::router(state))
                 .with_graceful_shutdown(async move {
                     let _ = stop_server.changed().await;
@@ -401,12 +413,32 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     wait_for_signal().await?;
     tracing::info!("Stopping");
     let _ = tx.send(true);
-    join.await.context("agent task failed")?;
-    writer.await.context("commit status writer failed")?;
-    http.await.context("HTTP server task failed")?;
-    tracing::info!("Stopped cleanly");
+    let stopping = async {
+        join.await.context("agent task failed")?;
+        writer.await.context("commit status writer failed")?;
+        http.await.context("HTTP server task failed")?;
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(STOP_GRACE, stopping).await {
+        Ok(done) => {
+            done?;
+            tracing::info!("Stopped cleanly");
+        }
+        Err(_) => {
+            // Every sync's writes are one store transaction, so leaving one unfinished loses
+            // nothing; a fetch can always be done again.
+            tracing::warn!(
+                grace_seconds = STOP_GRACE.as_secs(),
+                "Stopped without waiting any longer for a reconcile, a commit status or an HTTP connection still in progress"
+            );
+        }
+    }
     Ok(0)
 }
+
+/// How long `run` waits after SIGTERM or SIGINT for the reconcile in progress, the last commit
+/// statuses and open HTTP connections (inside Kubernetes' default grace period of 30 s).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The secrets of the server section: the sync endpoint's token and the webhook secrets.
 fn server_secrets(cfg: &Loaded) -> anyhow::Result<(Option<SecretString>, WebhookSecrets)> {
@@ -631,7 +663,7 @@ async fn diff_cmd(
         let name = app.name.value.clone();
         let reference = revision.as_deref().or(app.source.reference.as_deref());
         let fetched = git
-            .fetch(&app.source.repo.value, reference)
+            .fetch_within(&app.source.repo.value, reference, app.source.timeout.value)
             .await
             .with_context(|| format!("app {name}"))?;
         let files = git

@@ -279,6 +279,15 @@ pub struct SourceConfig {
     /// How often to poll the repository. Default 1 minute; at least 1 second.
     #[serde(default = "default_interval", deserialize_with = "duration")]
     pub interval: Spanned<Duration>,
+    /// How long one fetch may take, as Flux's `GitRepository` `spec.timeout`. Default `60s`;
+    /// at least 1 second. A fetch that takes longer fails (`SourceAvailable=False`) and is
+    /// retried with backoff; the revision in force stays enforced.
+    #[serde(default = "default_fetch_timeout", deserialize_with = "duration")]
+    pub timeout: Spanned<Duration>,
+}
+
+fn default_fetch_timeout() -> Spanned<Duration> {
+    unspanned(crate::source::DEFAULT_FETCH_TIMEOUT)
 }
 
 fn default_path() -> Spanned<String> {
@@ -657,6 +666,14 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 "must be at least 1s".into(),
             ));
         }
+        let timeout = &app.source.timeout;
+        if timeout.value < Duration::from_secs(1) {
+            return Err(invalid(
+                &timeout.referenced,
+                format!("apps[{i}].source.timeout"),
+                "must be at least 1s".into(),
+            ));
+        }
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
         }
@@ -796,20 +813,31 @@ fn validate_secret(
     }
 }
 
+/// An `http` or `https` URL with a host, used as a base that paths are appended to: no
+/// whitespace, query (`?`) or fragment (`#`), which would end up in the middle of every link.
 fn validate_url(url: &Spanned<String>, field: &str, invalid: Invalid<'_>) -> Result<(), Error> {
-    let v = url.value.trim();
-    let ok = (v.starts_with("http://") || v.starts_with("https://"))
-        && v.split("://")
-            .nth(1)
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
-    if ok {
-        Ok(())
-    } else {
+    let v = url.value.as_str();
+    let fail = |why: &str| {
         Err(invalid(
             &url.referenced,
             field.to_string(),
-            format!("`{v}` is not an http(s) URL"),
+            format!("`{v}` is not an http(s) URL{why}"),
         ))
+    };
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return fail(" (it contains whitespace)");
+    }
+    if v.contains(['?', '#']) {
+        return fail(" usable as a base (remove the query or fragment)");
+    }
+    match reqwest::Url::parse(v) {
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty()) =>
+        {
+            Ok(())
+        }
+        _ => fail(""),
     }
 }
 
@@ -1033,6 +1061,30 @@ mod tests {
             url.contains("server.externalUrl: `drift.example.com` is not an http(s) URL"),
             "{url}"
         );
+        // Values that would break every status link.
+        for (bad, why) in [
+            ("\" https://d.example.com/\"", "whitespace"),
+            ("\"http:// evil\"", "whitespace"),
+            ("\"https://d.example.com/?a=b\"", "query"),
+            ("\"https://d.example.com/#frag\"", "fragment"),
+            ("\"https://\"", "not an http(s) URL"),
+            ("\"ftp://d.example.com\"", "not an http(s) URL"),
+        ] {
+            let err = parse_str(&format!("server: {{externalUrl: {bad}}}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("server.externalUrl:") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
+        for good in [
+            "https://d.example.com",
+            "https://d.example.com/base/",
+            "http://10.0.0.1:8080",
+        ] {
+            parse_str(&format!("server: {{externalUrl: \"{good}\"}}\n")).unwrap();
+        }
         let gitea = parse_str("apps:\n- name: a\n  source: {repo: x}\n  status: {provider: gitea, repository: o/r, token: {env: T}}\n").unwrap_err().to_string();
         assert!(
             gitea.contains("apps[0].status.apiUrl: gitea needs `apiUrl`"),

@@ -405,6 +405,22 @@ impl HttpProvider {
             .unwrap_or((&self.repository, ""))
     }
 
+    /// `text` with the token (and the Basic credentials built from it) blanked out: a provider
+    /// may echo the request's credentials in an error body, and that body is logged.
+    fn redact(&self, text: &str) -> String {
+        let token = self.token.expose_secret();
+        if token.is_empty() {
+            return text.to_string();
+        }
+        let mut out = text.replace(token, "[redacted]");
+        if let Some(user) = &self.username {
+            use base64::Engine as _;
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
+            out = out.replace(&basic, "[redacted]");
+        }
+        out
+    }
+
     fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let token = self.token.expose_secret();
         match self.kind {
@@ -518,7 +534,7 @@ impl HttpProvider {
             });
         }
         let body = resp.text().await.unwrap_or_default();
-        let message: String = body.chars().take(300).collect();
+        let message: String = self.redact(&body).chars().take(300).collect();
         if status.as_u16() == 422
             && message
                 .to_ascii_lowercase()
@@ -736,20 +752,39 @@ impl ProviderClient for HttpProvider {
     }
 }
 
-/// Posts queued statuses: reads the provider's latest status for a (commit, context) the first
-/// time it meets one (so a restart does not repost), posts only changes, retries 5xx and 429
-/// with backoff (honouring `Retry-After`), and stops posting for a pair that reached the
-/// provider's cap, saying so once.
+/// Posts queued statuses: reads the provider's latest status for a (commit, context) before
+/// its first post (so a restart does not repost) and again before each retry (so a request that
+/// timed out but reached the provider is not posted twice), posts only changes, and stops posting
+/// for a pair that reached the provider's cap, saying so once.
+///
+/// A failed post (a network error, 5xx, 429, a rate-limit 403) is never dropped: it waits in a
+/// retry set, `retry_base` doubling to `max_backoff`, or the provider's `Retry-After` capped at
+/// `max_retry_after`, while statuses of other pairs keep going. A newer status for the same
+/// pair replaces it. Nothing sleeps inside a request, so a stop is never held up by a backoff.
 pub struct Writer {
     queue: Queue,
     metrics: Option<Arc<Metrics>>,
-    /// First retry delay when the provider gives none; doubles per attempt.
+    /// First retry delay when the provider gives none; doubles per attempt. Default 1 s.
     pub retry_base: Duration,
-    /// Attempts per update before it is dropped (a newer update for the same pair still goes).
-    pub max_attempts: u32,
+    /// Longest retry delay of the doubling. Default 5 min.
+    pub max_backoff: Duration,
+    /// Longest wait a provider's `Retry-After` may impose. Default 10 min.
+    pub max_retry_after: Duration,
     known: HashMap<Key, (String, String)>,
     capped: HashSet<Key>,
+    retrying: HashMap<Key, Retry>,
 }
+
+/// A status whose post failed, waiting for its next attempt.
+struct Retry {
+    update: Update,
+    /// Attempts made so far.
+    attempts: u32,
+    due: tokio::time::Instant,
+}
+
+/// Failed attempts after which a waiting status is logged as a warning (once).
+const WARN_AFTER_ATTEMPTS: u32 = 5;
 
 impl Writer {
     /// A writer draining `queue`.
@@ -758,9 +793,11 @@ impl Writer {
             queue,
             metrics,
             retry_base: Duration::from_secs(1),
-            max_attempts: 5,
+            max_backoff: Duration::from_secs(300),
+            max_retry_after: Duration::from_secs(600),
             known: HashMap::new(),
             capped: HashSet::new(),
+            retrying: HashMap::new(),
         }
     }
 
@@ -770,40 +807,113 @@ impl Writer {
         }
     }
 
-    /// Posts until the queue is empty.
+    /// How many statuses wait for a retry.
+    pub fn retrying(&self) -> usize {
+        self.retrying.len()
+    }
+
+    /// The next status to post now: the oldest queued one (which replaces a retry of the same
+    /// pair), else a retry that is due. With its attempts so far.
+    fn next_ready(&mut self) -> Option<(Key, Update, u32)> {
+        if let Some((key, update)) = self.queue.pop() {
+            self.retrying.remove(&key);
+            return Some((key, update, 0));
+        }
+        let now = tokio::time::Instant::now();
+        let key = self
+            .retrying
+            .iter()
+            .filter(|(_, r)| r.due <= now)
+            .min_by_key(|(_, r)| r.due)
+            .map(|(k, _)| k.clone())?;
+        let r = self.retrying.remove(&key)?;
+        Some((key, r.update, r.attempts))
+    }
+
+    fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.retrying.values().map(|r| r.due).min()
+    }
+
+    /// Posts until nothing is queued or waiting, sleeping until retries are due. Bound it with a
+    /// timeout: against a host that keeps failing it does not end.
     pub async fn flush(&mut self) {
-        while let Some((key, update)) = self.queue.pop() {
-            self.deliver(key, update).await;
+        loop {
+            if let Some((key, update, attempts)) = self.next_ready() {
+                self.deliver(key, update, attempts).await;
+            } else if let Some(due) = self.next_due() {
+                tokio::time::sleep_until(due).await;
+            } else {
+                return;
+            }
         }
     }
 
-    /// Runs until `shutdown` becomes true, then posts what is still queued (bounded by
-    /// `drain_timeout`) and returns.
+    /// Runs until `shutdown` becomes true (interrupting a request in flight), then makes one
+    /// more attempt at each status still queued or waiting, within `drain_timeout`, and returns.
     pub async fn run(
         mut self,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
         drain_timeout: Duration,
     ) {
         loop {
-            self.flush().await;
+            if *shutdown.borrow() {
+                break;
+            }
+            if let Some((key, update, attempts)) = self.next_ready() {
+                let kept = (key.clone(), update.clone());
+                let finished = tokio::select! {
+                    biased;
+                    _ = shutdown.changed() => false,
+                    _ = self.deliver(key, update, attempts) => true,
+                };
+                if !finished {
+                    let (key, update) = kept;
+                    self.retrying.insert(
+                        key,
+                        Retry {
+                            update,
+                            attempts,
+                            due: tokio::time::Instant::now(),
+                        },
+                    );
+                    break;
+                }
+                continue;
+            }
+            let due = self.next_due();
             tokio::select! {
                 _ = self.queue.notify.notified() => {}
+                _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {}
                 _ = shutdown.changed() => break,
             }
         }
-        if tokio::time::timeout(drain_timeout, self.flush())
-            .await
-            .is_err()
-        {
+        let waiting = std::mem::take(&mut self.retrying);
+        let drain = async {
+            while let Some((key, update)) = self.queue.pop() {
+                self.deliver(key, update, 0).await;
+            }
+            for (key, r) in waiting {
+                if !self.queue.has(&key) {
+                    self.deliver(key, r.update, r.attempts).await;
+                }
+            }
+        };
+        if tokio::time::timeout(drain_timeout, drain).await.is_err() {
             tracing::warn!(
                 left = self.queue.len(),
                 "Commit statuses not posted before shutdown"
             );
+        } else if !self.retrying.is_empty() {
+            tracing::warn!(
+                left = self.retrying.len(),
+                "Commit statuses not posted before shutdown: the Git host keeps failing"
+            );
         }
     }
 
-    async fn deliver(&mut self, key: Key, update: Update) {
-        let provider = update.provider.as_ref();
+    /// One attempt at posting `update`, which has failed `attempts` times before.
+    async fn deliver(&mut self, key: Key, update: Update, attempts: u32) {
+        let provider = update.provider.clone();
         let s = &update.status;
         if self.capped.contains(&key) {
             return;
@@ -819,7 +929,7 @@ impl Writer {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::debug!(error = %e, "Cannot read the latest commit status; posting")
+                    tracing::warn!(provider = provider.name(), sha = %s.sha, error = %e, "Cannot read the latest commit status; posting")
                 }
             }
         }
@@ -827,39 +937,45 @@ impl Writer {
             self.count(provider.name(), "skipped");
             return;
         }
-        let mut delay = self.retry_base;
-        for attempt in 1..=self.max_attempts {
-            match provider.post(s).await {
-                Ok(()) => {
-                    self.count(provider.name(), "success");
-                    tracing::info!(provider = provider.name(), sha = %s.sha, context = %s.context, state = wanted.0, description = %s.description, "Commit status posted");
-                    self.known.insert(key, wanted);
-                    return;
+        match provider.post(s).await {
+            Ok(()) => {
+                self.count(provider.name(), "success");
+                tracing::info!(provider = provider.name(), sha = %s.sha, context = %s.context, state = wanted.0, description = %s.description, "Commit status posted");
+                self.known.insert(key, wanted);
+            }
+            Err(PostError::Retry { status, after, .. }) => {
+                self.count(provider.name(), "retry");
+                let attempts = attempts + 1;
+                let doubled = self
+                    .retry_base
+                    .saturating_mul(1u32 << (attempts - 1).min(20))
+                    .min(self.max_backoff);
+                let wait = after.map_or(doubled, |a| a.min(self.max_retry_after));
+                if attempts == WARN_AFTER_ATTEMPTS {
+                    tracing::warn!(provider = provider.name(), sha = %s.sha, context = %s.context, status, attempts, "Commit status still not posted; retrying until the Git host takes it");
+                } else {
+                    tracing::debug!(provider = provider.name(), sha = %s.sha, status, attempts, wait_ms = wait.as_millis() as u64, "Commit status post failed; retrying");
                 }
-                Err(PostError::Retry { status, after, .. }) => {
-                    self.count(provider.name(), "retry");
-                    if attempt == self.max_attempts {
-                        tracing::warn!(provider = provider.name(), sha = %s.sha, status, "Commit status not posted after retries");
-                        return;
-                    }
-                    let wait = after.unwrap_or(delay);
-                    tokio::time::sleep(wait).await;
-                    delay = delay.saturating_mul(2);
-                    if self.queue.has(&key) {
-                        return; // a newer status for this pair is queued: post that instead
-                    }
-                }
-                Err(PostError::Capped { .. }) => {
-                    self.count(provider.name(), "capped");
-                    tracing::warn!(provider = provider.name(), sha = %s.sha, context = %s.context, "The commit has the provider's maximum number of statuses for this context; no more will be posted for it");
-                    self.capped.insert(key);
-                    return;
-                }
-                Err(e @ PostError::Failed { .. }) => {
-                    self.count(provider.name(), "error");
-                    tracing::warn!(error = %e, sha = %s.sha, "Commit status not posted");
-                    return;
-                }
+                // The request may have reached the provider (a timeout after sending): read
+                // what it shows before posting again.
+                self.known.remove(&key);
+                self.retrying.insert(
+                    key,
+                    Retry {
+                        update,
+                        attempts,
+                        due: tokio::time::Instant::now() + wait,
+                    },
+                );
+            }
+            Err(PostError::Capped { .. }) => {
+                self.count(provider.name(), "capped");
+                tracing::warn!(provider = provider.name(), sha = %s.sha, context = %s.context, "The commit has the provider's maximum number of statuses for this context; no more will be posted for it");
+                self.capped.insert(key);
+            }
+            Err(e @ PostError::Failed { .. }) => {
+                self.count(provider.name(), "error");
+                tracing::warn!(error = %e, sha = %s.sha, "Commit status not posted");
             }
         }
     }

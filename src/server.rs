@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -35,6 +36,132 @@ use crate::store::Store;
 
 /// Largest webhook body accepted, in bytes (1 MiB).
 pub const MAX_WEBHOOK_BODY: usize = 1 << 20;
+
+/// Most connections the server holds open at once; further clients wait in the kernel's
+/// accept queue until one closes.
+pub const MAX_CONNECTIONS: usize = 256;
+/// A connection on which nothing is read or written for this long is closed (a client that
+/// sends half a request and stops, or an idle keep-alive connection).
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A TCP listener that holds at most `max` connections open and closes idle ones, so that
+/// clients that open connections and never finish a request cannot use up the process's file
+/// descriptors. Serve it with [`axum::serve`].
+#[derive(Debug)]
+pub struct GuardedListener {
+    inner: tokio::net::TcpListener,
+    permits: Arc<tokio::sync::Semaphore>,
+    idle: std::time::Duration,
+}
+
+impl GuardedListener {
+    /// Wraps `inner` with a limit of `max` open connections and an idle timeout of `idle`.
+    pub fn new(inner: tokio::net::TcpListener, max: usize, idle: std::time::Duration) -> Self {
+        Self {
+            inner,
+            permits: Arc::new(tokio::sync::Semaphore::new(max)),
+            idle,
+        }
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = GuardedIo;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let io = GuardedIo {
+            io,
+            _permit: permit,
+            idle: self.idle,
+            deadline: Box::pin(tokio::time::sleep(self.idle)),
+        };
+        (io, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A connection of [`GuardedListener`]: holds its slot until closed, and fails with
+/// `TimedOut` after the idle timeout without traffic.
+#[derive(Debug)]
+pub struct GuardedIo {
+    io: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    idle: std::time::Duration,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl GuardedIo {
+    fn poll_io<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        op: impl FnOnce(
+            std::pin::Pin<&mut tokio::net::TcpStream>,
+            &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        match op(std::pin::Pin::new(&mut self.io), cx) {
+            Poll::Ready(r) => {
+                let next = tokio::time::Instant::now() + self.idle;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(r)
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "idle connection closed",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for GuardedIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get_mut().poll_io(cx, |io, cx| io.poll_read(cx, buf))
+    }
+}
+
+impl tokio::io::AsyncWrite for GuardedIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get_mut().poll_io(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get_mut().poll_io(cx, |io, cx| io.poll_flush(cx))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
 
 /// Where an app's source lives, to match webhook pushes against.
 #[derive(Clone, Debug)]
@@ -158,8 +285,12 @@ async fn get_app(State(s): State<ServerState>, Path(name): Path<String>) -> Resp
     }
 }
 
+/// Compares two secrets in constant time, their lengths included (it compares their SHA-256
+/// digests).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && bool::from(a.ct_eq(b))
+    use sha2::Digest as _;
+    let (a, b) = (sha2::Sha256::digest(a), sha2::Sha256::digest(b));
+    bool::from(a.as_slice().ct_eq(b.as_slice()))
 }
 
 async fn sync_app(
@@ -167,10 +298,13 @@ async fn sync_app(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    // The scheme is case-insensitive (RFC 9110 section 11.1).
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
     let authorized = match (&s.token, given) {
         (Some(token), Some(given)) => {
             constant_time_eq(token.expose_secret().as_bytes(), given.trim().as_bytes())
@@ -183,7 +317,12 @@ async fn sync_app(
         } else {
             "a valid `Authorization: Bearer <server.token>` header is required"
         };
-        return json_response(StatusCode::UNAUTHORIZED, json!({ "error": why }));
+        let mut resp = json_response(StatusCode::UNAUTHORIZED, json!({ "error": why }));
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"driftless\""),
+        );
+        return resp;
     }
     if s.handle.manual_sync(&name) {
         tracing::info!(app = %name, "Manual sync requested");
@@ -265,7 +404,8 @@ fn hmac_ok(secret: &SecretString, body: &[u8], hex_sig: &str) -> bool {
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
+    // `from_str_radix` alone would take a sign (`+a`).
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())
@@ -327,9 +467,17 @@ fn ignored(event: &str) -> Response {
     json_response(StatusCode::ACCEPTED, json!({ "ignored": event }))
 }
 
-async fn github(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn github(
+    State(s): State<ServerState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let Some(secret) = &s.webhooks.github else {
         return not_configured("github");
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
     };
     let signed = header_str(&headers, "x-hub-signature-256")
         .and_then(|v| v.strip_prefix("sha256="))
@@ -354,9 +502,17 @@ async fn github(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-async fn gitea(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn gitea(
+    State(s): State<ServerState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let Some(secret) = &s.webhooks.gitea else {
         return not_configured("gitea");
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
     };
     let signed =
         header_str(&headers, "x-gitea-signature").is_some_and(|sig| hmac_ok(secret, &body, sig));
@@ -379,9 +535,17 @@ async fn gitea(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) ->
     }
 }
 
-async fn gitlab(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn gitlab(
+    State(s): State<ServerState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let Some(secret) = &s.webhooks.gitlab else {
         return not_configured("gitlab");
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
     };
     let given = header_str(&headers, "x-gitlab-token").unwrap_or_default();
     if !constant_time_eq(secret.expose_secret().as_bytes(), given.as_bytes()) {
@@ -523,6 +687,85 @@ async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn hex_signatures_take_hex_digits_only() {
+        assert_eq!(decode_hex("0aff"), Some(vec![0x0a, 0xff]));
+        assert_eq!(decode_hex("0AFF"), Some(vec![0x0a, 0xff]));
+        assert_eq!(decode_hex("+a"), None, "from_str_radix alone takes a sign");
+        assert_eq!(decode_hex("-a"), None);
+        assert_eq!(decode_hex("0g"), None);
+        assert_eq!(decode_hex("abc"), None);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(constant_time_eq(b"sync-token", b"sync-token"));
+        assert!(!constant_time_eq(b"sync-token", b"sync-toke"));
+        assert!(!constant_time_eq(b"sync-token", b"sync-token "));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    /// Serves `/` on a guarded listener and returns its address.
+    async fn guarded(max: usize, idle: std::time::Duration) -> std::net::SocketAddr {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        tokio::spawn(async move {
+            axum::serve(GuardedListener::new(tcp, max, idle), app)
+                .await
+                .unwrap();
+        });
+        addr
+    }
+
+    async fn get_root(addr: std::net::SocketAddr) -> String {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn a_half_sent_request_is_cut_off_after_the_idle_timeout() {
+        let addr = guarded(8, std::time::Duration::from_millis(200)).await;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"POST /webhooks/github HTTP/1.1\r\nContent-Length: 1000\r\n\r\nx")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        // Without the timeout this read would wait forever (the test's own bound is 20 s).
+        // (Closed means end of file or a reset: either ends the read.)
+        let _closed =
+            tokio::time::timeout(std::time::Duration::from_secs(20), c.read_to_end(&mut buf))
+                .await
+                .expect("the server closes an idle connection");
+        assert!(
+            get_root(addr).await.ends_with("ok"),
+            "the server still serves"
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_limit_wait_for_a_free_slot() {
+        let addr = guarded(1, std::time::Duration::from_secs(60)).await;
+        // One silent connection holds the only slot.
+        let holder = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let waiting = tokio::spawn(get_root(addr));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "a second connection is not served");
+        drop(holder);
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+            .await
+            .expect("served once the slot is free")
+            .unwrap();
+        assert!(answer.ends_with("ok"), "{answer}");
+    }
 
     #[test]
     fn repository_urls_compare_by_host_and_path() {

@@ -72,6 +72,16 @@ pub enum Error {
         #[source]
         source: git2::Error,
     },
+    /// The fetch (waiting for the cache's lock included) took longer than its timeout. The
+    /// transfer is aborted as soon as data flows again; libgit2's own socket timeouts
+    /// ([`set_socket_timeouts`]) end a silent connection.
+    #[error("fetching {url} timed out after {seconds} s")]
+    TimedOut {
+        /// The repository URL.
+        url: String,
+        /// The timeout, in seconds.
+        seconds: u64,
+    },
     /// The blocking task running git2 panicked or was cancelled.
     #[error("git task failed")]
     TaskFailed(#[source] tokio::task::JoinError),
@@ -101,6 +111,29 @@ pub struct Files {
     pub diagnostics: Vec<Diagnostic>,
     /// The id of the tree at the app's path: equal ids mean equal contents.
     pub tree_id: String,
+}
+
+/// How long libgit2 waits for a connection to a Git server, in milliseconds.
+pub const CONNECT_TIMEOUT_MS: i32 = 30_000;
+/// How long libgit2 waits on a silent Git server connection (each read or write), in
+/// milliseconds.
+pub const SOCKET_TIMEOUT_MS: i32 = 60_000;
+/// Default timeout of a whole fetch (Flux's `GitRepository` `spec.timeout` default).
+pub const DEFAULT_FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sets libgit2's process-wide timeouts on Git server connections ([`CONNECT_TIMEOUT_MS`],
+/// [`SOCKET_TIMEOUT_MS`]), so that a server that accepts a connection and then says nothing
+/// cannot hold a fetch thread forever (libgit2 waits indefinitely by default).
+///
+/// # Safety
+///
+/// Changes libgit2 globals without synchronization: call it before any thread uses git2.
+pub unsafe fn set_socket_timeouts() {
+    // SAFETY: the caller guarantees no other thread uses git2 yet.
+    unsafe {
+        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(CONNECT_TIMEOUT_MS);
+        let _ = git2::opts::set_server_timeout_in_milliseconds(SOCKET_TIMEOUT_MS);
+    }
 }
 
 /// A cache of bare repositories, one per URL.
@@ -156,18 +189,52 @@ impl GitCache {
     /// fetched), [`Error::RefNotFound`], [`Error::TaskFailed`]. On error the cache keeps what it
     /// had: the last good revision can still be read.
     pub async fn fetch(&self, url: &str, reference: Option<&str>) -> Result<Fetched> {
+        self.fetch_within(url, reference, DEFAULT_FETCH_TIMEOUT)
+            .await
+    }
+
+    /// [`GitCache::fetch`] bounded by `timeout` (waiting for the cache's lock included).
+    ///
+    /// # Errors
+    ///
+    /// As [`GitCache::fetch`], and [`Error::TimedOut`]. After a timeout the transfer is
+    /// aborted at its next progress callback, and the cache stays locked until it has stopped,
+    /// so two fetches never write one cache at once.
+    pub async fn fetch_within(
+        &self,
+        url: &str,
+        reference: Option<&str>,
+        timeout: std::time::Duration,
+    ) -> Result<Fetched> {
         let path = self.repo_path(url);
         let lock = self.lock_for(&path);
-        let _guard = lock.lock().await;
-        let url = url.to_string();
-        let reference = reference.map(str::to_string);
-        let span = tracing::info_span!("git_fetch", url = %url);
-        tokio::task::spawn_blocking(move || {
-            let _span = span.entered();
-            fetch_blocking(&path, &url, reference.as_deref())
-        })
-        .await
-        .map_err(Error::TaskFailed)?
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let cancel = cancel.clone();
+            let url = url.to_string();
+            let reference = reference.map(str::to_string);
+            async move {
+                let guard = lock.lock_owned().await;
+                let span = tracing::info_span!("git_fetch", url = %url);
+                tokio::task::spawn_blocking(move || {
+                    let _guard = guard;
+                    let _span = span.entered();
+                    fetch_blocking(&path, &url, reference.as_deref(), &cancel)
+                })
+                .await
+                .map_err(Error::TaskFailed)?
+            }
+        };
+        match tokio::time::timeout(timeout, task).await {
+            Ok(result) => result,
+            Err(_) => {
+                cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(Error::TimedOut {
+                    url: url.to_string(),
+                    seconds: timeout.as_secs(),
+                })
+            }
+        }
     }
 
     /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
@@ -215,7 +282,12 @@ fn looks_like_commit_id(s: &str) -> bool {
     (7..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
-fn fetch_blocking(path: &Path, url: &str, reference: Option<&str>) -> Result<Fetched> {
+fn fetch_blocking(
+    path: &Path,
+    url: &str,
+    reference: Option<&str>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Fetched> {
     let repo = open_or_init(path)?;
     let fetch_failed = |source| Error::FetchFailed {
         url: url.to_string(),
@@ -274,7 +346,12 @@ fn fetch_blocking(path: &Path, url: &str, reference: Option<&str>) -> Result<Fet
             }
         }
     };
+    let mut callbacks = git2::RemoteCallbacks::new();
+    // Returning false aborts the transfer: how a timed-out fetch stops.
+    callbacks.transfer_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
+    callbacks.sideband_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
     let mut opts = FetchOptions::new();
+    opts.remote_callbacks(callbacks);
     opts.download_tags(AutotagOption::None);
     opts.update_fetchhead(false);
     let received = |remote: &git2::Remote<'_>| remote.stats().received_objects();

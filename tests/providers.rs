@@ -497,3 +497,183 @@ async fn other_client_errors_are_not_retried_and_never_show_the_token() {
     );
     assert!(!text.contains("tok-123"), "{text}");
 }
+
+#[tokio::test]
+async fn credentials_echoed_in_an_error_body_are_blanked() {
+    let server = MockServer::start().await;
+    // A host (or a proxy in front of it) that echoes the request's credentials.
+    Mock::given(method("POST"))
+        .respond_with(|req: &Request| {
+            let auth = req
+                .headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            ResponseTemplate::new(401).set_body_string(format!("Bad credentials; you sent {auth}"))
+        })
+        .mount(&server)
+        .await;
+    let status = report::CommitStatus {
+        sha: SHA.into(),
+        context: "driftless/web".into(),
+        state: report::State::Success,
+        description: "x".into(),
+        target_url: None,
+    };
+    install_crypto();
+    for p in [
+        provider(Provider::Github, &server, "", "acme/web"),
+        Arc::new(
+            HttpProvider::new(
+                Provider::Bitbucket,
+                Some(&server.uri()),
+                "ws/web",
+                SecretString::from("tok-123"),
+                Some("robot".into()),
+            )
+            .unwrap(),
+        ),
+    ] {
+        let text = p.post(&status).await.unwrap_err().to_string();
+        assert!(text.contains("you sent"), "{text}");
+        assert!(!text.contains("tok-123"), "{text}");
+        // Basic credentials: base64 of `robot:tok-123`.
+        assert!(!text.contains("cm9ib3Q6dG9rLTEyMw"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_status_is_never_dropped_while_the_host_fails() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = attempts.clone();
+    Mock::given(method("POST"))
+        .respond_with(move |_: &Request| {
+            // Eight failures: more than the five attempts after which it used to be dropped.
+            if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 8 {
+                ResponseTemplate::new(503)
+            } else {
+                ResponseTemplate::new(201)
+            }
+        })
+        .expect(9)
+        .mount(&server)
+        .await;
+    let metrics = Arc::new(Metrics::new());
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(
+        provider(Provider::Github, &server, "", "acme/web"),
+        None,
+        queue.clone(),
+    );
+    reporter.observe(&facts("web"));
+    let mut writer = Writer::new(queue, Some(metrics.clone()));
+    writer.retry_base = Duration::from_millis(5);
+    writer.max_backoff = Duration::from_millis(20);
+    tokio::time::timeout(Duration::from_secs(30), writer.flush())
+        .await
+        .expect("posted once the host recovers");
+    assert_eq!(writer.retrying(), 0);
+    assert!(
+        metrics.encode().contains(
+            "driftless_commit_status_requests_total{provider=\"github\",result=\"success\"} 1"
+        ),
+        "{}",
+        metrics.encode()
+    );
+}
+
+#[tokio::test]
+async fn a_retry_first_reads_what_the_host_shows_so_an_accepted_post_is_not_repeated() {
+    let server = MockServer::start().await;
+    let list = format!("/repos/acme/web/commits/{SHA}/statuses");
+    // Before the first post the commit has no status; afterwards it shows the one posted,
+    // although the host answered that post with a 502 (it took the status and then failed).
+    Mock::given(method("GET"))
+        .and(path(list.clone()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(list))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([
+            {"id": 3, "state": "success", "description": "synced 3 objects, healthy", "context": "driftless/web"},
+        ])))
+        .with_priority(2)
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(502))
+        .expect(1)
+        .mount(&server)
+        .await;
+    post_once(
+        provider(Provider::Github, &server, "", "acme/web"),
+        &facts("web"),
+        None,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_long_retry_after_holds_only_its_own_status_and_never_a_stop() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    no_statuses_yet(
+        &server,
+        &format!("/repos/acme/web/commits/{other}/statuses"),
+    )
+    .await;
+    // The first commit's status is rate limited for a day.
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/acme/web/statuses/{SHA}")))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "86400"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/acme/web/statuses/{other}")))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let queue = Queue::default();
+    let p = provider(Provider::Github, &server, "", "acme/web");
+    let mut first = Reporter::new(p.clone(), None, queue.clone());
+    let mut second = Reporter::new(p, None, queue.clone());
+    let writer = Writer::new(queue, None);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(writer.run(stopped, Duration::from_secs(2)));
+    first.observe(&facts("web"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    second.observe(&Facts {
+        in_force: Some(other),
+        ..facts("api")
+    });
+    let start = Instant::now();
+    loop {
+        let requests = server.received_requests().await.unwrap();
+        if requests
+            .iter()
+            .any(|r| r.method.as_str() == "POST" && r.url.path().ends_with(other))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the other commit's status waited behind the rate-limited one"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the writer stops without waiting out the Retry-After")
+        .unwrap();
+}

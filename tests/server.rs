@@ -131,7 +131,19 @@ async fn manual_sync_needs_the_bearer_token() {
         !applied(&env, "manual"),
         "nothing triggered without the token"
     );
-    let ok = c.post(&url).bearer_auth("sync-token").send().await.unwrap();
+    let refused = c.post(&url).send().await.unwrap();
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        "Bearer realm=\"driftless\"",
+        "a 401 says which scheme it wants (RFC 9110 section 11.6.1)"
+    );
+    // The scheme is case-insensitive (RFC 9110 section 11.1).
+    let ok = c
+        .post(&url)
+        .header("authorization", "bearer sync-token")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ok.status(), 202);
     env.wait("the manual sync", Duration::from_secs(30), || {
         env.status()["revision"] == head
@@ -337,6 +349,17 @@ async fn webhooks_without_a_secret_are_not_served() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+    let big = client()
+        .post(format!("{base}/webhooks/gitlab"))
+        .body(vec![b'x'; 2 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        big.status(),
+        404,
+        "not configured comes before the size check"
+    );
     let r = client()
         .post(format!("{base}/api/v1/apps/demo/sync"))
         .bearer_auth("x")
@@ -624,4 +647,194 @@ async fn a_slow_git_host_never_delays_syncs() {
         !slow.received_requests().await.unwrap().is_empty(),
         "the writer did try"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sync_requests_and_webhooks_makes_a_few_fetches() {
+    let env = hooked_env();
+    let (_agent, base) = start(&env);
+    let c = client();
+    let fetches = || async {
+        let text = c
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metric(
+            &text,
+            "driftless_source_fetch_duration_seconds_count{app=\"demo\"}",
+        )
+        .unwrap()
+    };
+    let before = fetches().await;
+    let head = new_commit(&env, "flood");
+    let body = json!({"ref": "refs/heads/main", "repository": {"clone_url": env.repo.url(), "default_branch": "main"}}).to_string();
+    let signature = format!("sha256={}", hex_hmac("gh-secret", body.as_bytes()));
+    let mut requests = Vec::new();
+    let flood = std::time::Instant::now();
+    for i in 0..300 {
+        let req = if i % 2 == 0 {
+            c.post(format!("{base}/api/v1/apps/demo/sync"))
+                .bearer_auth("sync-token")
+        } else {
+            c.post(format!("{base}/webhooks/github"))
+                .header("x-github-event", "push")
+                .header("x-hub-signature-256", &signature)
+                .body(body.clone())
+        };
+        requests.push(tokio::spawn(req.send()));
+    }
+    for r in requests {
+        let status = r.await.unwrap().unwrap().status();
+        assert!(status == 202 || status == 200, "{status}");
+    }
+    let lasted = flood.elapsed().as_secs_f64();
+    env.wait("the new commit", Duration::from_secs(30), || {
+        env.status()["revision"] == head
+    });
+    // Let whatever is still requested run, then count.
+    let mut last = fetches().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = fetches().await;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    // Requested fetches are at least a second apart; the flood's own length bounds them.
+    let made = last - before;
+    assert!(
+        made >= 1.0 && made <= lasted.ceil() + 2.0,
+        "300 requests over {lasted:.1} s made {made} fetches, not one each"
+    );
+}
+
+/// A TCP server that accepts connections and never says anything: a Git host that hangs.
+struct SilentServer {
+    port: u16,
+}
+
+impl SilentServer {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in listener.incoming().flatten() {
+                held.push(c);
+            }
+        });
+        SilentServer { port }
+    }
+}
+
+/// A project with a good app, `demo`, and an app whose Git host hangs, `slow`.
+fn env_with_silent_source(timeout: &str) -> (Env, SilentServer) {
+    let env = Env::new();
+    let silent = SilentServer::start();
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    std::fs::write(
+        env.config(),
+        format!(
+            "{config}  - name: slow\n    source:\n      repo: http://127.0.0.1:{}/repo.git\n      interval: 1h\n      timeout: {timeout}\n",
+            silent.port
+        ),
+    )
+    .unwrap();
+    (env, silent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_git_host_times_out_and_its_app_is_visible_meanwhile() {
+    let (env, _silent) = env_with_silent_source("4s");
+    let _agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    let c = client();
+    // Visible before its first reconcile ends: in the API, the page and the metrics.
+    let early: Value = c
+        .get(format!("{base}/api/v1/apps/slow"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ready = early["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["reason"], "Initializing", "{early}");
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("driftless_app_info{app=\"slow\""),
+        "{metrics}"
+    );
+    // The other app is not held up.
+    env.wait("demo synced", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let app = |name: &str| {
+        let out = env.run(&["status", "-o", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    env.wait("the fetch timeout", Duration::from_secs(30), || {
+        app("slow")["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "SourceAvailable" && c["status"] == "False")
+    });
+    let slow = app("slow");
+    let source = slow["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "SourceAvailable")
+        .unwrap();
+    assert!(
+        source["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 4 s"),
+        "{source}"
+    );
+    assert_eq!(slow["sync"], "Unknown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_does_not_wait_for_a_hanging_fetch() {
+    let (env, _silent) = env_with_silent_source("10m");
+    let agent = env.agent();
+    env.wait("demo synced", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let started = std::time::Instant::now();
+    let (code, log) = agent.stop();
+    let took = started.elapsed();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("fetch abandoned"), "{log}");
+    assert!(log.contains("Stopped cleanly"), "{log}");
+    // Not a speed check: without abandoning the fetch, the stop takes the 20 s grace (and
+    // before that, forever).
+    assert!(took < Duration::from_secs(15), "{took:?}\n{log}");
 }

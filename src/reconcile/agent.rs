@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -43,11 +44,41 @@ impl Readiness {
     }
 }
 
+/// Shortest time between two fetches requested by webhooks or manual syncs of one app.
+pub const REQUEST_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
+
+const FETCH: u8 = 1;
+const MANUAL: u8 = 2;
+
+/// Requests to fetch now, collapsed: however many webhooks and manual syncs arrive while an
+/// app is busy, it does one fetch afterwards (a manual one when any of them was manual).
+#[derive(Debug, Default)]
+struct Requested {
+    /// 0 nothing, [`FETCH`], or [`MANUAL`]: the strongest request since the last take.
+    level: AtomicU8,
+    notify: Notify,
+}
+
+impl Requested {
+    fn request(&self, level: u8) {
+        self.level.fetch_max(level, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Option<Trigger> {
+        match self.level.swap(0, Ordering::SeqCst) {
+            0 => None,
+            FETCH => Some(Trigger::Fetch),
+            _ => Some(Trigger::Manual),
+        }
+    }
+}
+
 /// A handle on a running agent: manual triggers and readiness.
 #[derive(Clone, Debug)]
 pub struct Handle {
-    /// Per app: `true` for a manual sync, `false` for a fetch (a webhook).
-    triggers: HashMap<String, mpsc::Sender<bool>>,
+    /// Per app: the pending request of a webhook or a person.
+    triggers: HashMap<String, Arc<Requested>>,
     readiness: Arc<Readiness>,
 }
 
@@ -65,8 +96,8 @@ impl Handle {
 
     fn send(&self, app: &str, manual: bool) -> bool {
         match self.triggers.get(app) {
-            Some(tx) => {
-                let _ = tx.try_send(manual);
+            Some(r) => {
+                r.request(if manual { MANUAL } else { FETCH });
                 true
             }
             None => false,
@@ -103,12 +134,12 @@ impl Agent {
             self.apps.iter().map(|a| a.name().to_string()),
         ));
         for app in self.apps {
-            let (tx, rx) = mpsc::channel(8);
-            triggers.insert(app.name().to_string(), tx);
+            let requested = Arc::new(Requested::default());
+            triggers.insert(app.name().to_string(), requested.clone());
             loops.push(AppLoop {
-                app,
+                app: app.with_stop(shutdown.clone()),
                 events: events.subscribe(),
-                manual: rx,
+                requested,
                 shutdown: shutdown.clone(),
                 readiness: readiness.clone(),
             });
@@ -199,14 +230,16 @@ async fn watch_store(
 struct AppLoop {
     app: App,
     events: broadcast::Receiver<WatchItem>,
-    manual: mpsc::Receiver<bool>,
+    requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
     readiness: Arc<Readiness>,
 }
 
 impl AppLoop {
     async fn run(mut self) {
+        self.app.announce().await;
         let mut next_fetch = Instant::now();
+        let mut last_requested: Option<Instant> = None;
         loop {
             // Something timed (a held revert, a window, a deadline) may come before the poll.
             let wake = self
@@ -219,7 +252,24 @@ impl AppLoop {
                 _ = self.shutdown.changed() => break,
                 _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
                 _ = tokio::time::sleep_until(wake.unwrap_or(next_fetch)), if wake.is_some() => Trigger::Wake,
-                Some(manual) = self.manual.recv() => if manual { Trigger::Manual } else { Trigger::Fetch },
+                _ = self.requested.notify.notified() => {
+                    // At most one requested fetch per REQUEST_SPACING: a flood of webhooks or
+                    // sync calls becomes one fetch a second, whatever its size.
+                    if let Some(last) = last_requested {
+                        tokio::select! {
+                            biased;
+                            _ = self.shutdown.changed() => break,
+                            _ = tokio::time::sleep_until(last + REQUEST_SPACING) => {}
+                        }
+                    }
+                    match self.requested.take() {
+                        Some(t) => {
+                            last_requested = Some(Instant::now());
+                            t
+                        }
+                        None => continue,
+                    }
+                }
                 item = self.events.recv() => match item {
                     Ok(item) => match self.collect(item) {
                         Some(t) => t,
@@ -272,6 +322,22 @@ impl AppLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_collapse_and_a_manual_one_wins() {
+        let r = Requested::default();
+        assert_eq!(r.take(), None);
+        for _ in 0..100 {
+            r.request(FETCH);
+        }
+        assert_eq!(r.take(), Some(Trigger::Fetch));
+        assert_eq!(r.take(), None, "a hundred webhooks are one fetch");
+        r.request(FETCH);
+        r.request(MANUAL);
+        r.request(FETCH);
+        assert_eq!(r.take(), Some(Trigger::Manual), "a manual sync is not lost");
+        assert_eq!(r.take(), None);
+    }
 
     #[test]
     fn readiness_waits_for_every_app_once() {

@@ -88,6 +88,9 @@ pub struct App {
     reporter: Option<crate::report::Reporter>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     health_rules: health::CustomRules,
+    /// Becomes true when the agent stops: a fetch in progress is abandoned (it writes nothing
+    /// the next start cannot redo).
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
     /// The app's sync windows, and their state at the last reconcile.
     windows: Vec<Window>,
     window_state: Option<window::State>,
@@ -190,6 +193,7 @@ impl App {
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
+            stop: None,
         })
     }
 
@@ -197,6 +201,16 @@ impl App {
     pub fn with_health_rules(mut self, rules: health::CustomRules) -> Self {
         self.health_rules = rules;
         self
+    }
+
+    /// Abandons a fetch in progress when `stop` becomes true.
+    pub fn with_stop(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow())
     }
 
     /// Reports commit statuses through `reporter`.
@@ -230,6 +244,39 @@ impl App {
     /// the echo of its own write.
     pub fn cares_about(&self, key: &ObjectKey, revision: u64) -> bool {
         self.owned.contains(key) && self.self_writes.get(key) != Some(&revision)
+    }
+
+    /// Makes the app visible before its first reconcile ends (which a slow source can delay
+    /// up to `source.timeout`): an app with no status record yet gets one saying it is
+    /// initializing (`Ready=False`/`Initializing`, `Reconciling=True`), and the metrics get
+    /// its series. Writes nothing in dry-run mode.
+    pub async fn announce(&mut self) {
+        if self.dry_run {
+            return;
+        }
+        if self.written.is_none() {
+            let now = store::now_rfc3339();
+            set_condition(
+                &mut self.status.conditions,
+                "Ready",
+                false,
+                "Initializing",
+                "no revision applied yet: the first reconcile is in progress",
+                &now,
+            );
+            set_condition(
+                &mut self.status.conditions,
+                "Reconciling",
+                true,
+                "Initializing",
+                "fetching the source for the first time",
+                &now,
+            );
+            self.write_status().await;
+        }
+        if let Some(m) = &self.metrics {
+            m.observe_status(&self.status);
+        }
     }
 
     /// Runs one reconcile and returns the delay before the next poll (the interval, or a
@@ -274,6 +321,9 @@ impl App {
         }
         let mut failed = false;
         if fetch && self.fetch_and_parse(&mut report).await.is_err() {
+            if self.stopping() {
+                return (Duration::ZERO, report);
+            }
             failed = true;
         }
         if self.in_force.is_some()
@@ -371,10 +421,22 @@ impl App {
     async fn fetch_and_parse(&mut self, report: &mut Report) -> Result<(), ()> {
         let repo = self.cfg.source.repo.value.clone();
         let fetch_started = std::time::Instant::now();
-        let fetched = self
-            .git
-            .fetch(&repo, self.cfg.source.reference.as_deref())
-            .await;
+        let fetch = self.git.fetch_within(
+            &repo,
+            self.cfg.source.reference.as_deref(),
+            self.cfg.source.timeout.value,
+        );
+        let fetched = match self.stop.clone() {
+            Some(mut stop) => tokio::select! {
+                f = fetch => f,
+                // A dropped sender never stops the app.
+                Ok(_) = stop.wait_for(|s| *s) => {
+                    tracing::info!("Stopping: fetch abandoned");
+                    return Err(());
+                }
+            },
+            None => fetch.await,
+        };
         if let Some(m) = &self.metrics {
             m.fetch(
                 self.name(),
