@@ -1,7 +1,7 @@
 //! The command line (DESIGN.md section 7): `run`, `sync`, `diff`, `status`, `validate` and
 //! `store list|get|put|delete`, with the exit statuses the design gives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -84,7 +84,7 @@ pub enum Command {
         dry_run: bool,
     },
     /// What a sync would change: exit 0 no changes, 1 changes, 2 error. With `--desired` and
-    /// `--live`, compares two objects offline instead.
+    /// `--live`, compares declared and live objects offline instead, matched by key.
     Diff {
         /// Only this app.
         #[arg(long, conflicts_with_all = ["desired", "live"])]
@@ -92,10 +92,10 @@ pub enum Command {
         /// Compare this revision (commit, branch or tag) instead of the configured ref.
         #[arg(long, conflicts_with_all = ["desired", "live"])]
         revision: Option<String>,
-        /// Offline: the declared object (a YAML or JSON file of one object).
+        /// Offline: the declared objects (a YAML or JSON file; `-` for standard input).
         #[arg(long, requires = "live")]
         desired: Option<PathBuf>,
-        /// Offline: the live object, as the store or a cluster has it. Its
+        /// Offline: the live objects, as the store or a cluster has them. Each one's
         /// `kubectl.kubernetes.io/last-applied-configuration` annotation, when present, is the
         /// last-applied copy of the three-way diff.
         #[arg(long, requires = "desired")]
@@ -616,7 +616,14 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
             if dry_run {
                 " (dry run)"
             } else if report.detect_only {
-                " (detect-only: planned, not written)"
+                if st
+                    .condition("Ready")
+                    .is_some_and(|c| c.reason == "HeldBySyncWindow")
+                {
+                    " (held by a sync window: planned, not written)"
+                } else {
+                    " (detect-only: planned, not written)"
+                }
             } else {
                 ""
             }
@@ -711,6 +718,7 @@ async fn diff_cmd(
                 },
                 dry_run: true,
                 inventory: None,
+                hold: None,
             },
         )
         .await
@@ -741,8 +749,8 @@ fn read_input(file: &Path) -> anyhow::Result<(String, Vec<u8>)> {
     }
 }
 
-/// The one object of a file, printing its diagnostics; `None` when there is not exactly one.
-fn one_object(file: &Path, mode: manifest::Mode) -> Option<Object> {
+/// The objects of a file, printing its diagnostics; `None` when it cannot be read or has errors.
+fn objects_of(file: &Path, mode: manifest::Mode) -> Option<Vec<Object>> {
     let (shown, bytes) = match read_input(file) {
         Ok(x) => x,
         Err(e) => {
@@ -757,38 +765,12 @@ fn one_object(file: &Path, mode: manifest::Mode) -> Option<Object> {
     if parsed.diagnostics.iter().any(Diagnostic::is_error) {
         return None;
     }
-    match parsed.objects.len() {
-        1 => parsed.objects.into_iter().next().map(|d| d.object),
-        n => {
-            eprintln!("error: {shown} holds {n} objects; give one");
-            None
-        }
-    }
+    Some(parsed.objects.into_iter().map(|d| d.object).collect())
 }
 
-/// `driftless diff --desired FILE --live FILE`: 0 no drift, 1 drift, 2 error.
-fn diff_offline(desired: &Path, live: &Path) -> u8 {
-    let (Some(mut want), Some(have)) = (
-        one_object(desired, manifest::Mode::Git),
-        one_object(live, manifest::Mode::Live),
-    ) else {
-        return 2;
-    };
-    // A declaration without a namespace lands in the live object's (the app's target).
-    if want.namespace().is_empty() && !have.namespace().is_empty() {
-        want.set_namespace(have.namespace());
-    }
-    if want.key() != have.key() {
-        eprintln!(
-            "error: not the same object: {} and {}",
-            want.key(),
-            have.key()
-        );
-        return 2;
-    }
-    // kubectl's last-applied copy, when the live object has one, is the three-way base.
-    let last_applied = have
-        .metadata()
+/// kubectl's last-applied copy in a live object's annotation, when it names the same object.
+fn kubectl_last_applied(live: &Object) -> Option<Object> {
+    live.metadata()
         .get("annotations")
         .and_then(|a| a.get("kubectl.kubernetes.io/last-applied-configuration"))
         .and_then(Value::as_str)
@@ -796,22 +778,77 @@ fn diff_offline(desired: &Path, live: &Path) -> u8 {
         .and_then(|v| Object::from_value(v).ok())
         .map(|mut o| {
             if o.namespace().is_empty() {
-                o.set_namespace(have.namespace());
+                o.set_namespace(live.namespace());
             }
             o
         })
-        .filter(|o| o.key() == have.key());
-    let step = diff::plan_one(&want.key(), &want, Some(&have), last_applied.as_ref());
-    if step.action == diff::Action::Unchanged {
-        println!("no drift: {}", want.key());
-        return 0;
+        .filter(|o| o.key() == live.key())
+}
+
+/// `driftless diff --desired FILE --live FILE`: each declared object against the live object
+/// of the same key, by the drift rules. 0 no drift, 1 drift (or a declared object missing from
+/// the live file), 2 error.
+fn diff_offline(desired: &Path, live: &Path) -> u8 {
+    let (Some(mut wants), Some(haves)) = (
+        objects_of(desired, manifest::Mode::Git),
+        objects_of(live, manifest::Mode::Live),
+    ) else {
+        return 2;
+    };
+    // A declaration without a namespace lands where the live object of that name is (the
+    // app's target), or in `default`.
+    for want in &mut wants {
+        if want.namespace().is_empty()
+            && !crate::object::is_cluster_scoped(want.group(), want.kind())
+        {
+            let mut same_name = haves.iter().filter(|h| {
+                h.group() == want.group() && h.kind() == want.kind() && h.name() == want.name()
+            });
+            let ns = match (same_name.next(), same_name.next()) {
+                (Some(h), None) => h.namespace().to_string(),
+                _ => "default".to_string(),
+            };
+            want.set_namespace(&ns);
+        }
     }
-    for c in &step.changes {
-        let show = |v: &Option<Value>| v.as_ref().map_or("(absent)".to_string(), |v| v.to_string());
-        println!("{}: {} -> {}", c.path, show(&c.live), show(&c.desired));
+    if let ([want], [have]) = (wants.as_slice(), haves.as_slice())
+        && want.key() != have.key()
+    {
+        eprintln!(
+            "error: not the same object: {} and {}",
+            want.key(),
+            have.key()
+        );
+        return 2;
     }
-    print!("{}", diff::render_step(&step));
-    1
+    let live: BTreeMap<ObjectKey, &Object> = haves.iter().map(|h| (h.key(), h)).collect();
+    let mut drift = false;
+    for want in &wants {
+        let key = want.key();
+        let have = live.get(&key).copied();
+        let last_applied = have.and_then(kubectl_last_applied);
+        let step = diff::plan_one(&key, want, have, last_applied.as_ref());
+        if step.action == diff::Action::Unchanged {
+            println!("no drift: {key}");
+            continue;
+        }
+        drift = true;
+        if have.is_none() {
+            println!("missing from the live objects: {key}");
+            continue;
+        }
+        for c in &step.changes {
+            let show =
+                |v: &Option<Value>| v.as_ref().map_or("(absent)".to_string(), |v| v.to_string());
+            println!("{}: {} -> {}", c.path, show(&c.live), show(&c.desired));
+        }
+        print!("{}", diff::render_step(&step));
+    }
+    let declared: BTreeSet<ObjectKey> = wants.iter().map(Object::key).collect();
+    for key in live.keys().filter(|k| !declared.contains(*k)) {
+        println!("not declared (offline there is no inventory, so nothing is pruned): {key}");
+    }
+    u8::from(drift)
 }
 
 /// `driftless health -f FILE`.
@@ -876,6 +913,8 @@ async fn wait_cmd(
             bail!("unknown condition `{c}` in --for: use synced, healthy");
         }
     }
+    // An app that is not configured would never get there: say so now.
+    selected_apps(&cfg, Some(app))?;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut store: Option<Arc<dyn Store>> = None;
     let mut last = String::from("no status recorded yet");

@@ -100,7 +100,8 @@ pub struct Summary {
     pub delete: usize,
     /// Objects already as declared.
     pub unchanged: usize,
-    /// Deletes that will not happen (`prune: false` or the empty-set guard).
+    /// Writes that will not happen: deletes held back by `prune: false` or the empty-set
+    /// guard, and reverts held back while another writer fights over an object.
     pub skipped: usize,
 }
 
@@ -115,8 +116,9 @@ impl Plan {
         let mut s = Summary::default();
         for step in &self.steps {
             match (step.action, &step.skipped) {
-                (Action::Create, _) => s.create += 1,
-                (Action::Update, _) => s.update += 1,
+                (Action::Create | Action::Update, Some(_)) => s.skipped += 1,
+                (Action::Create, None) => s.create += 1,
+                (Action::Update, None) => s.update += 1,
                 (Action::Delete, None) => s.delete += 1,
                 (Action::Delete, Some(_)) => s.skipped += 1,
                 (Action::Unchanged, _) => s.unchanged += 1,

@@ -399,11 +399,14 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
 // Kubernetes naming rules (k8s.io/apimachinery/pkg/util/validation). Each returns why a value
 // breaks the rule, or `None`. Names are never changed to fit: the message says what to write.
 
-fn uppercase_hint(s: &str) -> Option<String> {
-    s.chars().any(|c| c.is_ascii_uppercase()).then(|| {
+/// When `s` breaks the rule only by its uppercase letters (its lowercase form is `valid`), says
+/// what to write. Otherwise `None`: suggesting a lowercase form that is still invalid (`x_bad`,
+/// `{{ .values.name }}`) would only send the reader round again.
+fn uppercase_hint(s: &str, valid: impl Fn(&str) -> bool) -> Option<String> {
+    let lower = s.to_ascii_lowercase();
+    (lower != s && valid(&lower)).then(|| {
         format!(
-            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{}`)",
-            s.to_ascii_lowercase()
+            "must be lowercase (Kubernetes rejects uppercase; driftless does not change it: write `{lower}`)"
         )
     })
 }
@@ -429,7 +432,7 @@ pub fn dns1123_label_error(s: &str) -> Option<String> {
             s.len()
         ));
     }
-    if let Some(hint) = uppercase_hint(s) {
+    if let Some(hint) = uppercase_hint(s, is_label_shaped) {
         return Some(hint);
     }
     (!is_label_shaped(s)).then(|| {
@@ -449,7 +452,7 @@ pub fn dns1123_subdomain_error(s: &str) -> Option<String> {
             s.len()
         ));
     }
-    if let Some(hint) = uppercase_hint(s) {
+    if let Some(hint) = uppercase_hint(s, |l| l.split('.').all(is_label_shaped)) {
         return Some(hint);
     }
     (!s.split('.').all(is_label_shaped)).then(|| {
@@ -515,6 +518,25 @@ pub fn qualified_name_error(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lowercase_suggestion_is_made_only_when_it_would_be_valid() {
+        let hint = dns1123_label_error("Web").unwrap();
+        assert!(hint.contains("write `web`"), "{hint}");
+        let hint = dns1123_subdomain_error("My.Config").unwrap();
+        assert!(hint.contains("write `my.config`"), "{hint}");
+        // Lowercasing would not make these valid: no suggestion, the rule instead.
+        for bad in ["X_bad", "{{ .Values.name }}"] {
+            for e in [dns1123_label_error(bad), dns1123_subdomain_error(bad)] {
+                let e = e.unwrap();
+                assert!(!e.contains("write `"), "{bad}: {e}");
+                assert!(
+                    e.contains("must consist of lowercase letters"),
+                    "{bad}: {e}"
+                );
+            }
+        }
+    }
     use serde_json::json;
 
     #[test]

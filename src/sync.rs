@@ -208,6 +208,10 @@ pub struct Request<'a> {
     pub options: PlanOptions,
     /// Plan only; write nothing.
     pub dry_run: bool,
+    /// Declared objects not to write in this pass (reverts held back while another writer
+    /// fights over them): their steps are marked skipped and stay out of sync, and their
+    /// inventory entries are left as they were. `None` for none.
+    pub hold: Option<&'a BTreeSet<ObjectKey>>,
     /// The app's inventory as the caller last saw it, to save reading (and parsing) it again.
     /// A full sync uses it only when its resourceVersion is still the stored one; a scoped sync
     /// trusts it (a stale copy is caught by the inventory's compare-and-swap if it is written,
@@ -337,6 +341,9 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
     let mut updates: Vec<(ObjectKey, Option<Object>)> = Vec::new();
     for step in &mut plan.steps {
         match step.action {
+            Action::Create | Action::Update if req.hold.is_some_and(|h| h.contains(&step.key)) => {
+                step.skipped = Some("held: another writer keeps changing it back".into());
+            }
             Action::Create | Action::Update | Action::Unchanged => {
                 // The write takes the target: a sync that writes keeps no second copy (a dry
                 // run keeps it for rendering).
@@ -482,6 +489,7 @@ mod tests {
             options: PlanOptions::default(),
             dry_run: false,
             inventory: None,
+            hold: None,
         }
     }
 
@@ -507,6 +515,47 @@ mod tests {
         assert_eq!(again.committed_revision, 0);
         assert!(again.plan.is_noop());
         assert_eq!(store.revision().await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn held_objects_are_left_as_they_are_and_stay_out_of_sync() {
+        let store = MemoryStore::new();
+        let rev = Revision("r1".into());
+        let desired = set(&[cm("a", "1"), cm("b", "1")]);
+        sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        // Another writer changes both; `a` is held.
+        for name in ["a", "b"] {
+            store
+                .commit(vec![Write::Put {
+                    object: cm(name, "theirs"),
+                    precondition: Precondition::Any,
+                }])
+                .await
+                .unwrap();
+        }
+        let hold: BTreeSet<ObjectKey> = [cm("a", "").key()].into();
+        let out = sync(
+            &store,
+            &Request {
+                hold: Some(&hold),
+                ..req("app", &rev, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        let summary = out.plan.summary();
+        assert_eq!((summary.update, summary.skipped), (1, 1));
+        let a = store.get(&cm("a", "").key()).await.unwrap().unwrap();
+        let b = store.get(&cm("b", "").key()).await.unwrap().unwrap();
+        assert_eq!(a.get("data"), Some(&json!({"v": "theirs"})), "held");
+        assert_eq!(b.get("data"), Some(&json!({"v": "1"})), "reverted");
+        let step = out
+            .plan
+            .steps
+            .iter()
+            .find(|s| s.key == cm("a", "").key())
+            .unwrap();
+        assert!(step.skipped.as_deref().unwrap().starts_with("held"));
     }
 
     #[tokio::test]

@@ -176,6 +176,32 @@ fn a_writer_that_keeps_changing_a_field_back_is_held_off_and_named() {
     );
 }
 
+#[test]
+fn periodic_syncs_respect_a_fights_hold() {
+    // A one-second poll: without the hold, every poll would revert the fought-over field.
+    let env = Env::with_options("1s", "");
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        env.put(&configmap("a", &[("k", "theirs")]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, log) = agent.stop();
+    let periodic_reverts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Applied") && l.contains("updated=1"))
+        .collect();
+    assert!(
+        periodic_reverts.is_empty(),
+        "polls reverted a held object: {periodic_reverts:?}"
+    );
+    assert!(log.contains("holding the next revert"), "{log}");
+    assert!(log.matches("Drift reverted").count() >= 3, "{log}");
+}
+
 /// A deny window active now (in UTC) that ends at the next full hour.
 fn deny_this_hour(manual: bool) -> (String, String) {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
@@ -248,6 +274,32 @@ async fn a_deny_window_holds_applies_and_reverts_and_manual_sync_passes_it() {
 }
 
 #[test]
+fn the_agent_adopts_what_a_sync_command_beside_it_applied() {
+    let env = Env::with_options("1s", "");
+    let (window, _) = deny_this_hour(true);
+    env.app_config(&window);
+    let _agent = env.agent();
+    env.wait("held by the window", Duration::from_secs(30), || {
+        condition(&env, "Ready")["reason"] == "HeldBySyncWindow"
+    });
+    assert!(env.status()["revision"].is_null(), "nothing applied yet");
+    // A person syncs by hand; the window allows manual syncs.
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let head = env.repo.head();
+    env.wait("the agent agrees", Duration::from_secs(30), || {
+        let st = env.status();
+        st["revision"] == head && st["sync"] == "Synced"
+    });
+    // And keeps agreeing over its next polls.
+    std::thread::sleep(Duration::from_millis(2500));
+    let st = env.status();
+    assert_eq!(st["revision"], head, "{st}");
+    assert_eq!(st["sync"], "Synced", "{st}");
+    assert!(env.log().contains("Inventory written by another process"));
+}
+
+#[test]
 fn without_manual_sync_a_deny_window_holds_even_manual_syncs_and_new_commits() {
     let env = Env::with_options("1s", "");
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
@@ -268,6 +320,11 @@ fn without_manual_sync_a_deny_window_holds_even_manual_syncs_and_new_commits() {
     // `driftless sync` by hand is a manual sync: held too, since the window does not allow it.
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("(held by a sync window: planned, not written)"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
 }
 
@@ -332,6 +389,13 @@ fn wait_exits_0_when_the_conditions_hold_and_1_at_the_timeout() {
             .code(),
         Some(2)
     );
+    let unknown = env.run(&["wait", "--app", "nope", "--timeout", "10m"]);
+    assert_eq!(
+        unknown.status.code(),
+        Some(2),
+        "an unknown app fails at once"
+    );
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no app named `nope`"));
 }
 
 #[test]
@@ -429,4 +493,46 @@ fn offline_diff_gives_every_conformance_verdict_and_the_label_changes() {
         .code(),
         Some(2)
     );
+    // Sets: matched by key; a declared object missing from the live file is drift, a live
+    // object nobody declares is only named.
+    std::fs::write(
+        tmp.path().join("desired.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            configmap("same", &[("k", "1")]),
+            configmap("changed", &[("k", "new")]),
+            configmap("missing", &[("k", "1")])
+        ),
+    )
+    .unwrap();
+    let live_cm = |name: &str, v: &str| {
+        configmap(name, &[("k", v)]).replace("metadata:\n", "metadata:\n  namespace: prod\n")
+    };
+    std::fs::write(
+        tmp.path().join("live.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            live_cm("same", "1"),
+            live_cm("changed", "old"),
+            live_cm("extra", "1")
+        ),
+    )
+    .unwrap();
+    let sets = run(
+        &tmp.path().join("desired.yaml"),
+        &tmp.path().join("live.yaml"),
+    );
+    assert_eq!(sets.status.code(), Some(1), "{}", stdout(&sets));
+    let text = stdout(&sets);
+    assert!(text.contains("no drift: ConfigMap prod/same"), "{text}");
+    assert!(text.contains("data.k: \"old\" -> \"new\""), "{text}");
+    assert!(
+        text.contains("missing from the live objects: ConfigMap default/missing"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not declared (offline there is no inventory"),
+        "{text}"
+    );
+    assert!(text.contains("ConfigMap prod/extra"), "{text}");
 }

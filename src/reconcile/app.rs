@@ -243,7 +243,40 @@ impl App {
     /// True when a change of `key` at store revision `revision` concerns this app and is not
     /// the echo of its own write.
     pub fn cares_about(&self, key: &ObjectKey, revision: u64) -> bool {
+        if *key == Inventory::record_key(self.name()) {
+            // Another process (`driftless sync`) wrote this app's inventory.
+            return self.inventory.as_ref().and_then(|i| i.resource_version) != Some(revision);
+        }
         self.owned.contains(key) && self.self_writes.get(key) != Some(&revision)
+    }
+
+    /// Adopts the inventory another process wrote (a `driftless sync` beside the agent): what
+    /// it applied is now what this app has applied, and a full pass follows. The revision in
+    /// force stays this app's own when it has one (a newer commit it fetched is still applied
+    /// when it may be).
+    async fn adopt_inventory(&mut self) {
+        match Inventory::load(self.store.as_ref(), self.name()).await {
+            Ok(inv) => {
+                tracing::info!(revision = ?inv.revision.as_ref().map(Revision::short), "Inventory written by another process; adopting it");
+                if self.in_force.is_none()
+                    && let Some(revision) = &inv.revision
+                {
+                    self.in_force = Some(InForce {
+                        revision: revision.clone(),
+                        source: inv.source.clone().unwrap_or_default(),
+                        tree_id: None,
+                        desired: Arc::new(inv.entries.clone()),
+                    });
+                }
+                self.applied = inv.revision.clone();
+                self.owned.extend(inv.entries.keys().cloned());
+                self.inventory = Some(inv);
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "Cannot read the inventory another process wrote");
+                self.inventory = None;
+            }
+        }
     }
 
     /// Makes the app visible before its first reconcile ends (which a slow source can delay
@@ -302,6 +335,13 @@ impl App {
             }
             _ => None,
         };
+        // The inventory changed under us: adopt it and look at everything.
+        if let Some(keys) = &mut scope
+            && keys.remove(&Inventory::record_key(self.name()))
+        {
+            self.adopt_inventory().await;
+            scope = None;
+        }
         // Objects being fought over wait for their hold to end.
         let mut skip_enforce = false;
         if let Some(keys) = &mut scope {
@@ -625,6 +665,22 @@ impl App {
         // holds the app allows neither (unless a person asked and the window lets them).
         let dry_run =
             self.dry_run || !self.may_apply() || (!self.cfg.sync.self_heal && !new_revision);
+        // Objects being fought over wait for their hold to end in every pass, periodic ones
+        // included; a new revision is applied whole (a commit is a deliberate change).
+        let now = std::time::Instant::now();
+        let hold: Option<BTreeSet<ObjectKey>> = (!new_revision)
+            .then(|| {
+                in_force
+                    .desired
+                    .keys()
+                    .filter(|k| self.fights.held(k, now))
+                    .cloned()
+                    .collect::<BTreeSet<_>>()
+            })
+            .filter(|h| !h.is_empty());
+        if let Some(h) = &hold {
+            self.held_keys.extend(h.iter().cloned());
+        }
         let request = sync::Request {
             app: self.name(),
             revision: &in_force.revision,
@@ -637,6 +693,7 @@ impl App {
             },
             dry_run,
             inventory: self.inventory.as_ref(),
+            hold: hold.as_ref(),
         };
         let outcome = {
             let _claim = self.claim.lock().await;
@@ -742,7 +799,7 @@ impl App {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
                 (Action::Unchanged, _) => (SyncStatus::Synced, None),
-                (Action::Create | Action::Update, _) if !dry_run => (SyncStatus::Synced, None),
+                (Action::Create | Action::Update, None) if !dry_run => (SyncStatus::Synced, None),
                 (Action::Create, _) => (
                     SyncStatus::OutOfSync,
                     Some("missing from the store".to_string()),
@@ -934,6 +991,9 @@ impl App {
             .filter(|w| !w.automatic && (out_of_sync > 0 || pending_revision));
         let secs =
             |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
+        // Messages name instants, not ages: a message is written when something changes, and
+        // an age in it would be stale the moment after.
+        let since = s.progressing_since.clone().unwrap_or_default();
 
         let enforcing = self
             .in_force
@@ -978,8 +1038,8 @@ impl App {
                 false,
                 "ProgressDeadlineExceeded",
                 format!(
-                    "not healthy after {}: {worst_object}",
-                    secs(progressing_for.unwrap_or_default())
+                    "not healthy within progressDeadline {} (since {since}): {worst_object}",
+                    secs(deadline)
                 ),
             )
         } else if !matches!(s.health, Health::Healthy | Health::Suspended) {
@@ -1033,8 +1093,7 @@ impl App {
                     false,
                     "ProgressDeadlineExceeded",
                     format!(
-                        "not converged after {} (progressDeadline {}): {}",
-                        secs(d),
+                        "not converged within progressDeadline {} (since {since}): {}",
                         secs(deadline),
                         if worst_object.is_empty() {
                             format!("{out_of_sync} object(s) differ from Git")
@@ -1045,15 +1104,14 @@ impl App {
                     &now,
                 );
             }
-            Some(d) => {
+            Some(_) => {
                 set_condition(
                     &mut s.conditions,
                     "Progressing",
                     true,
                     "Progressing",
                     format!(
-                        "converging for {} (progressDeadline {})",
-                        secs(d),
+                        "converging since {since} (progressDeadline {})",
                         secs(deadline)
                     ),
                     &now,
@@ -1063,12 +1121,16 @@ impl App {
         // The gap's age past its threshold.
         if let Some(limit) = &self.cfg.sync.stale_after {
             match stale {
-                Some((g, l)) => set_condition(
+                Some((_, l)) => set_condition(
                     &mut s.conditions,
                     "Stale",
                     true,
                     "GapExceededThreshold",
-                    format!("out of sync for {} (staleAfter {})", secs(g), secs(l)),
+                    format!(
+                        "out of sync since {} (staleAfter {})",
+                        s.out_of_sync_since.as_deref().unwrap_or_default(),
+                        secs(l)
+                    ),
                     &now,
                 ),
                 None => set_condition(
@@ -1107,16 +1169,16 @@ impl App {
                 .hold_until(key)
                 .map(|t| t.saturating_duration_since(std::time::Instant::now()))
                 .unwrap_or_default();
+            let next_revert = humantime::format_rfc3339_seconds(wall + hold).to_string();
             set_condition(
                 &mut s.conditions,
                 "Contested",
                 true,
                 "AnotherWriter",
                 format!(
-                    "{key} field {} is changed back by another writer ({} reverts); next revert in {}{}",
+                    "{key} field {} is changed back by another writer ({} reverts); next revert at {next_revert}{}",
                     fight.fields.join(", "),
                     fight.reverts,
-                    secs(hold),
                     if fights.len() > 1 {
                         format!("; {} objects contested", fights.len())
                     } else {

@@ -90,8 +90,9 @@ pub struct Report {
     pub committed_revision: u64,
     /// The rendered diff of a dry run (empty otherwise).
     pub dry_run_diff: String,
-    /// True when the plan was only computed because the app is detect-only (`selfHeal: false`
-    /// and no new revision): the counts say what differs, nothing was written.
+    /// True when the plan was only computed, because the app is detect-only (`selfHeal: false`
+    /// and no new revision) or a sync window holds it: the counts say what differs, nothing was
+    /// written.
     pub detect_only: bool,
 }
 
