@@ -1109,6 +1109,60 @@ mod tests {
         assert_eq!(ctx[0].context.chars().count(), 255);
     }
 
+    struct Null;
+
+    #[async_trait]
+    impl ProviderClient for Null {
+        fn name(&self) -> &'static str {
+            "github"
+        }
+        fn target(&self) -> String {
+            "null".into()
+        }
+        fn native_state(&self, _: State) -> &'static str {
+            "pending"
+        }
+        async fn post(&self, _: &CommitStatus) -> Result<(), PostError> {
+            Ok(())
+        }
+        async fn latest(&self, _: &str, _: &str) -> Result<Option<(String, String)>, PostError> {
+            Ok(None)
+        }
+    }
+
+    fn update(sha: &str, state: State) -> Update {
+        Update {
+            provider: Arc::new(Null),
+            status: CommitStatus {
+                sha: sha.into(),
+                context: "driftless/web".into(),
+                state,
+                description: String::new(),
+                target_url: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_queue_keeps_the_latest_status_per_commit_and_context_in_arrival_order() {
+        let q = Queue::default();
+        q.push(update("a", State::Pending));
+        q.push(update("b", State::Error));
+        q.push(update("a", State::Success));
+        assert_eq!(q.len(), 2);
+        let (_, first) = q.pop().unwrap();
+        assert_eq!(
+            (first.status.sha.as_str(), first.status.state),
+            ("a", State::Success)
+        );
+        let (_, second) = q.pop().unwrap();
+        assert_eq!(
+            (second.status.sha.as_str(), second.status.state),
+            ("b", State::Error)
+        );
+        assert!(q.pop().is_none() && q.is_empty());
+    }
+
     #[test]
     fn bitbucket_keys_fit_in_40_characters() {
         assert_eq!(bitbucket_key("driftless/web"), "driftless/web");

@@ -518,13 +518,17 @@ async fn the_agent_posts_commit_statuses_pending_then_success_and_errors_on_bad_
         .iter()
         .map(|(s, b)| (s.as_str(), b["state"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        states,
-        vec![(first.as_str(), "pending"), (first.as_str(), "success")],
+    // `pending` is posted while the revision is applied, unless the success that follows it
+    // reaches the reporter first: the queue keeps only the latest status per (commit, context),
+    // so on a loaded machine the pending one may be replaced before it is sent. Either way the
+    // commit gets exactly one success, last, and nothing else.
+    let expected_full = vec![(first.as_str(), "pending"), (first.as_str(), "success")];
+    assert!(
+        states == expected_full || states == expected_full[1..],
         "{seen:?}"
     );
     assert_eq!(
-        seen[1].1,
+        seen.last().unwrap().1,
         json!({
             "state": "success",
             "description": "synced 2 objects, healthy",
@@ -555,7 +559,7 @@ async fn the_agent_posts_commit_statuses_pending_then_success_and_errors_on_bad_
     );
     // Several more polls of the same bad commit post nothing more.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(posts().await.len(), 3, "{:?}", posts().await);
+    assert_eq!(posts().await.len(), states.len() + 1, "{:?}", posts().await);
     let (code, log) = agent.stop();
     assert_eq!(code, Some(0));
     assert!(!log.contains("gh-token"), "the token is never logged");
