@@ -18,7 +18,7 @@ use crate::health;
 use crate::manifest::{self, Diagnostic};
 use crate::metrics::Metrics;
 use crate::object::{self, Object, ObjectKey};
-use crate::reconcile::{Agent, App, Trigger};
+use crate::reconcile::{Agent, App, Previews, Trigger};
 use crate::report;
 use crate::server::{self, AppRoute, ServerState, WebhookSecrets};
 use crate::source::GitCache;
@@ -358,7 +358,19 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     }
     let metrics = Arc::new(Metrics::new());
     let queue = report::Queue::default();
-    let apps = load_apps(&cfg, &store, &git, None, false, Some(&metrics), &queue).await?;
+    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let apps = load_apps(
+        &cfg,
+        &store,
+        &git,
+        None,
+        false,
+        Some(&metrics),
+        &queue,
+        &claim,
+    )
+    .await?;
+    let previews = load_previews(&cfg, &store, &git, &queue, &claim).await?;
     let server = &cfg.config.server;
     let state_parts = server_secrets(&cfg)?;
     let listener = tokio::net::TcpListener::bind(server.listen.value.as_str())
@@ -366,7 +378,9 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
     let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let (handle, join) = Agent::new(store.clone(), apps).spawn(rx.clone());
+    let (handle, join) = Agent::new(store.clone(), apps)
+        .with_previews(previews)
+        .spawn(rx.clone());
     let state = ServerState {
         store,
         handle,
@@ -381,6 +395,7 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
                     name: a.name.value.clone(),
                     repo: a.source.repo.value.clone(),
                     reference: a.source.reference.clone(),
+                    previews: a.preview.is_some(),
                 })
                 .collect(),
         ),
@@ -476,8 +491,64 @@ fn health_rules(cfg: &Loaded) -> anyhow::Result<health::CustomRules> {
     Ok(health::CustomRules::new(rules))
 }
 
+/// The commit-status provider of an app's `status` section (the config's `index`-th app).
+/// Reading a token that is not there is an error naming its config key.
+fn status_provider(
+    cfg: &Loaded,
+    index: usize,
+    st: &config::StatusConfig,
+) -> anyhow::Result<Arc<dyn report::ProviderClient>> {
+    let token = config::read_secret(&cfg.path, &st.token, &format!("apps[{index}].status.token"))?;
+    let provider = report::HttpProvider::new(
+        st.provider,
+        st.api_url.as_ref().map(|u| u.value.as_str()),
+        &st.repository.value,
+        token,
+        st.username.clone(),
+    )
+    .context("cannot build the HTTP client")?;
+    Ok(Arc::new(provider))
+}
+
+/// The previews of every app with a `preview` section, reporting through `queue` when the app
+/// has a `status` section.
+async fn load_previews(
+    cfg: &Loaded,
+    store: &Arc<dyn Store>,
+    git: &GitCache,
+    queue: &report::Queue,
+    claim: &Arc<tokio::sync::Mutex<()>>,
+) -> anyhow::Result<Vec<Previews>> {
+    let rules = health_rules(cfg)?;
+    let external_url = cfg
+        .config
+        .server
+        .external_url
+        .as_ref()
+        .map(|u| u.value.clone());
+    let mut out = Vec::new();
+    for (index, app_cfg) in cfg.config.apps.iter().enumerate() {
+        if app_cfg.preview.is_none() {
+            continue;
+        }
+        let mut p = Previews::load(app_cfg.clone(), store.clone(), git.clone(), claim.clone())
+            .await?
+            .with_health_rules(rules.clone());
+        if let Some(st) = &app_cfg.status {
+            p = p.with_reporter(report::Reporter::new(
+                status_provider(cfg, index, st)?,
+                external_url.clone(),
+                queue.clone(),
+            ));
+        }
+        out.push(p.with_external_url(external_url.clone()));
+    }
+    Ok(out)
+}
+
 /// Loads the selected apps (all when `only` is `None`) with their reporters and metrics.
 /// Reading a status token that is not there is an error naming its config key.
+#[allow(clippy::too_many_arguments)]
 async fn load_apps(
     cfg: &Loaded,
     store: &Arc<dyn Store>,
@@ -486,8 +557,8 @@ async fn load_apps(
     dry_run: bool,
     metrics: Option<&Arc<Metrics>>,
     queue: &report::Queue,
+    claim: &Arc<tokio::sync::Mutex<()>>,
 ) -> anyhow::Result<Vec<App>> {
-    let claim = Arc::new(tokio::sync::Mutex::new(()));
     let rules = health_rules(cfg)?;
     let external_url = cfg
         .config
@@ -511,18 +582,8 @@ async fn load_apps(
         if let Some(st) = status
             && !dry_run
         {
-            let token =
-                config::read_secret(&cfg.path, &st.token, &format!("apps[{index}].status.token"))?;
-            let provider = report::HttpProvider::new(
-                st.provider,
-                st.api_url.as_ref().map(|u| u.value.as_str()),
-                &st.repository.value,
-                token,
-                st.username.clone(),
-            )
-            .context("cannot build the HTTP client")?;
             app = app.with_reporter(report::Reporter::new(
-                Arc::new(provider),
+                status_provider(cfg, index, &st)?,
                 external_url.clone(),
                 queue.clone(),
             ));
@@ -590,7 +651,18 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
     let store = open_store(&cfg)?;
     let git = GitCache::new(&cfg.config.cache_dir);
     let queue = report::Queue::default();
-    let apps = load_apps(&cfg, &store, &git, app.as_deref(), dry_run, None, &queue).await?;
+    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let apps = load_apps(
+        &cfg,
+        &store,
+        &git,
+        app.as_deref(),
+        dry_run,
+        None,
+        &queue,
+        &claim,
+    )
+    .await?;
     let mut all_synced = true;
     for mut app in apps {
         let span = tracing::info_span!("app", app = %app.name());

@@ -134,6 +134,48 @@ pub struct AppConfig {
     /// Where to report commit statuses (none when left out).
     #[serde(default)]
     pub status: Option<StatusConfig>,
+    /// Pull-request previews (none when left out).
+    #[serde(default)]
+    pub preview: Option<PreviewConfig>,
+}
+
+/// `apps[].preview:`: plan every pull request's head against the live store, and report what
+/// merging it would change on the pull request.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PreviewConfig {
+    /// Which remote refs are pull requests: a glob over full ref names where `*` matches within
+    /// one path segment and `**` across segments. GitHub and Gitea `refs/pull/*/head`, GitLab
+    /// `refs/merge-requests/*/head`. What the first `*` matches is the pull request's number
+    /// (its id in URLs, namespaces and comments).
+    pub refs: Spanned<String>,
+    /// Keep one comment on the pull request with the diff summary, edited in place (GitHub and
+    /// Gitea issue comments, GitLab merge-request notes). Default false; needs `status`.
+    #[serde(default)]
+    pub comment: bool,
+    /// Also apply each pull request's objects into their own namespace, reconcile them and
+    /// delete them when the ref goes away. Default false.
+    #[serde(default)]
+    pub deploy: bool,
+    /// The namespace of a deployed preview; `{number}` is replaced by the pull request's
+    /// number. Default `pr-{number}`. Must give an RFC 1123 label.
+    #[serde(default = "default_preview_namespace")]
+    pub namespace: Spanned<String>,
+    /// At most this many previews per app (the newest head commits first). Default 20.
+    #[serde(default = "default_max_open")]
+    pub max_open: Spanned<usize>,
+    /// Refs whose head commit (committer time) is older than this are skipped. No limit by
+    /// default.
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub max_age: Option<Spanned<Duration>>,
+}
+
+fn default_preview_namespace() -> Spanned<String> {
+    unspanned("pr-{number}".to_string())
+}
+
+fn default_max_open() -> Spanned<usize> {
+    unspanned(20)
 }
 
 /// Where a secret comes from: `{env: NAME}` (an environment variable) or `{file: PATH}` (a
@@ -677,6 +719,9 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
         }
+        if let Some(p) = &app.preview {
+            validate_preview(p, app.status.is_some(), i, &invalid)?;
+        }
         validate_sync(&app.sync, i, &invalid)?;
         let ns = &app.target.namespace;
         if let Some(problem) = dns1123_label_error(&ns.value) {
@@ -720,6 +765,54 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+fn validate_preview(
+    p: &PreviewConfig,
+    has_status: bool,
+    i: usize,
+    invalid: Invalid<'_>,
+) -> Result<(), Error> {
+    if let Err(message) = crate::preview::RefGlob::new(&p.refs.value) {
+        return Err(invalid(
+            &p.refs.referenced,
+            format!("apps[{i}].preview.refs"),
+            message,
+        ));
+    }
+    let ns = &p.namespace;
+    if !ns.value.contains("{number}") {
+        return Err(invalid(
+            &ns.referenced,
+            format!("apps[{i}].preview.namespace"),
+            format!(
+                "`{}` must contain `{{number}}`, so that each pull request gets its own namespace",
+                ns.value
+            ),
+        ));
+    }
+    if let Some(problem) = dns1123_label_error(&ns.value.replace("{number}", "1")) {
+        return Err(invalid(
+            &ns.referenced,
+            format!("apps[{i}].preview.namespace"),
+            format!("`{}` {problem}", ns.value),
+        ));
+    }
+    if p.max_open.value == 0 {
+        return Err(invalid(
+            &p.max_open.referenced,
+            format!("apps[{i}].preview.maxOpen"),
+            "must be at least 1".into(),
+        ));
+    }
+    if p.comment && !has_status {
+        return Err(invalid(
+            &p.refs.referenced,
+            format!("apps[{i}].preview.comment"),
+            "comments are posted with the app's `status` provider and token: add a `status` section".into(),
+        ));
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ pub const SERVER_METADATA: &[&str] = &[
 ];
 
 /// One field that differs between the live object and what applying Git would make of it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Change {
     /// Dotted path, with list items by name where they have one: `spec.replicas`,
     /// `spec.template.spec.containers[name=web].image`, `metadata.labels.app`, `spec.ports[0]`.
@@ -48,7 +48,7 @@ pub struct Change {
 }
 
 /// What a sync does with one object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Declared, absent from the store.
@@ -90,7 +90,7 @@ pub struct Plan {
 }
 
 /// Counts of a plan's actions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Summary {
     /// Objects to create.
     pub create: usize,

@@ -4,7 +4,7 @@
 //! [`source`] (fetch, read the tree) → [`manifest`] (files → objects + diagnostics) →
 //! [`diff`] (desired × live × inventory → plan) → [`sync`] (apply the plan to the [`store`]) →
 //! [`health`] → [`status`] (conditions, the record). [`reconcile`] runs it whenever something may
-//! have changed. [`object`], [`manifest`], [`diff`], [`health`] and [`yaml`] are pure: no I/O, no
+//! have changed; [`preview`] plans pull requests the same way without writing. [`object`], [`manifest`], [`diff`], [`health`] and [`yaml`] are pure: no I/O, no
 //! async. Effects live at the edges: [`source`] (Git), [`store`] and the [`cli`].
 
 #![warn(missing_docs)]
@@ -16,6 +16,7 @@ pub mod health;
 pub mod manifest;
 pub mod metrics;
 pub mod object;
+pub mod preview;
 pub mod reconcile;
 pub mod report;
 pub mod server;

@@ -21,6 +21,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use crate::config::Provider;
 use crate::health::Health;
@@ -33,8 +34,9 @@ pub const MAX_CONTEXT: usize = 255;
 /// Longest Bitbucket build-status key, in characters.
 pub const MAX_BITBUCKET_KEY: usize = 40;
 
-/// A commit status, in GitHub's vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A commit status, in GitHub's vocabulary (serialized in lowercase, as GitHub writes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum State {
     /// Being applied, or not ready yet.
     Pending,
@@ -257,6 +259,35 @@ impl Reporter {
     }
 }
 
+impl Reporter {
+    /// Queues `status` as given (a preview's), unless it was already asked for with the same
+    /// state and description. Its context and description are cut to the providers' limits.
+    pub fn post(&mut self, mut status: CommitStatus) {
+        status.context = truncate_chars(&status.context, MAX_CONTEXT);
+        status.description = truncate_chars(&status.description, MAX_DESCRIPTION);
+        let key = (status.sha.clone(), status.context.clone());
+        let value = (status.state, status.description.clone());
+        if self.sent.get(&key) == Some(&value) {
+            return;
+        }
+        self.sent.insert(key, value);
+        self.queue.push(Update {
+            provider: self.provider.clone(),
+            status,
+        });
+    }
+
+    /// The provider it posts through (to comment with the same credentials).
+    pub fn provider(&self) -> Arc<dyn ProviderClient> {
+        self.provider.clone()
+    }
+
+    /// `<externalUrl>` when set.
+    pub fn external_url(&self) -> Option<&str> {
+        self.external_url.as_deref()
+    }
+}
+
 /// How a request to a provider failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
@@ -312,6 +343,27 @@ pub trait ProviderClient: Send + Sync {
     /// See [`PostError`].
     async fn latest(&self, sha: &str, context: &str)
     -> Result<Option<(String, String)>, PostError>;
+    /// Makes the pull request `number` carry exactly one comment holding `marker`, with text
+    /// `body`: edits comment `known` (or the one found by its marker), or creates it when there
+    /// is none. Returns the comment's id.
+    ///
+    /// # Errors
+    ///
+    /// See [`PostError`]; the default is a [`PostError::Failed`] for providers without comments.
+    async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        known: Option<u64>,
+    ) -> Result<u64, PostError> {
+        let _ = (number, marker, body, known);
+        Err(PostError::Failed {
+            provider: self.name(),
+            status: 0,
+            message: "pull-request comments are not supported for this provider".into(),
+        })
+    }
 }
 
 /// The documented commit-status APIs of GitHub (and Enterprise), Gitea (and Forgejo), GitLab
@@ -630,6 +682,84 @@ impl HttpProvider {
     }
 }
 
+impl HttpProvider {
+    /// The comments URL of pull request `number` and the base of a comment's URL (its id
+    /// goes after a `/`), by provider:
+    /// GitHub `/repos/{o}/{r}/issues/{n}/comments` and `/repos/{o}/{r}/issues/comments/{id}`
+    /// (a pull request is an issue), Gitea the same under `/api/v1`, GitLab
+    /// `/api/v4/projects/{id}/merge_requests/{iid}/notes[/{note_id}]`.
+    fn comment_urls(&self, number: u64) -> Option<(String, String)> {
+        let (owner, repo) = self.owner_repo();
+        let (owner, repo) = (segment(owner), segment(repo));
+        match self.kind {
+            Provider::Github | Provider::Gitea => {
+                let prefix = if self.kind == Provider::Gitea {
+                    "/api/v1"
+                } else {
+                    ""
+                };
+                let base = format!("{}{prefix}/repos/{owner}/{repo}/issues", self.base);
+                Some((
+                    format!("{base}/{number}/comments"),
+                    format!("{base}/comments"),
+                ))
+            }
+            Provider::Gitlab => {
+                let list = format!(
+                    "{}/api/v4/projects/{}/merge_requests/{number}/notes",
+                    self.base,
+                    segment(&self.repository)
+                );
+                Some((list.clone(), list))
+            }
+            Provider::Bitbucket => None,
+        }
+    }
+
+    /// The id and body of the first comment of pull request `number` that holds `marker`,
+    /// following the provider's pagination.
+    async fn find_comment(
+        &self,
+        list_url: &str,
+        marker: &str,
+    ) -> Result<Option<(u64, String)>, PostError> {
+        let first = match self.kind {
+            Provider::Github | Provider::Gitlab => format!("{list_url}?per_page=100"),
+            _ => format!("{list_url}?limit=50"),
+        };
+        let mut next = Some(first);
+        for _ in 0..50 {
+            let Some(url) = next.take() else { break };
+            let resp = self.send(self.client.get(&url)).await?;
+            next = next_page(&url, resp.headers(), self.kind);
+            let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
+                provider: self.name(),
+                status: 200,
+                message: format!("unreadable comment list: {e}"),
+            })?;
+            for it in items {
+                let body = it.get("body").and_then(Value::as_str).unwrap_or_default();
+                if body.contains(marker)
+                    && let Some(id) = it.get("id").and_then(Value::as_u64)
+                {
+                    return Ok(Some((id, body.to_string())));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn comment_id(&self, v: &Value) -> Result<u64, PostError> {
+        v.get("id")
+            .and_then(Value::as_u64)
+            .ok_or(PostError::Failed {
+                provider: self.name(),
+                status: 200,
+                message: "the comment answer has no id".into(),
+            })
+    }
+}
+
 /// The next page of a listing: GitHub and Gitea give a `Link: <...>; rel="next"` header,
 /// GitLab `X-Next-Page` (empty on the last page).
 fn next_page(
@@ -749,6 +879,138 @@ impl ProviderClient for HttpProvider {
             .into_iter()
             .max_by_key(|(id, _, _)| *id)
             .map(|(_, state, description)| (state, description)))
+    }
+
+    async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        known: Option<u64>,
+    ) -> Result<u64, PostError> {
+        let Some((list_url, item_base)) = self.comment_urls(number) else {
+            return Err(PostError::Failed {
+                provider: self.name(),
+                status: 0,
+                message: "pull-request comments are not supported for Bitbucket".into(),
+            });
+        };
+        let payload = json!({ "body": body });
+        let edit = |id: u64| {
+            let url = format!("{item_base}/{id}");
+            if self.kind == Provider::Gitlab {
+                self.client.put(url)
+            } else {
+                self.client.patch(url)
+            }
+            .json(&payload)
+        };
+        if let Some(id) = known {
+            match self.send(edit(id)).await {
+                Ok(_) => return Ok(id),
+                // Deleted by someone: find another one, or create it again.
+                Err(PostError::Failed { status: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match self.find_comment(&list_url, marker).await? {
+            Some((id, existing)) if existing == body => Ok(id),
+            Some((id, _)) => {
+                self.send(edit(id)).await?;
+                Ok(id)
+            }
+            None => {
+                let resp = self
+                    .send(self.client.post(&list_url).json(&payload))
+                    .await?;
+                let v: Value = resp.json().await.unwrap_or(Value::Null);
+                self.comment_id(&v)
+            }
+        }
+    }
+}
+
+/// The one comment per pull request of a preview, kept current: each pull request's updates
+/// run one at a time (so two pushes in quick succession can never create two comments), only
+/// the newest body is sent, and an unchanged body is not sent again. A failed update is tried
+/// again at the next [`Commenter::update`] (the preview loop's next pass).
+#[derive(Clone)]
+pub struct Commenter {
+    provider: Arc<dyn ProviderClient>,
+    slots: Arc<Mutex<CommentSlots>>,
+}
+
+/// Per (marker, pull request number).
+type CommentSlots = HashMap<(String, u64), Arc<CommentSlot>>;
+
+#[derive(Default)]
+struct CommentSlot {
+    /// (comment id, body posted, body wanted).
+    state: Mutex<(Option<u64>, Option<String>, Option<String>)>,
+    busy: tokio::sync::Mutex<()>,
+}
+
+impl Commenter {
+    /// Comments through `provider`.
+    pub fn new(provider: Arc<dyn ProviderClient>) -> Self {
+        Self {
+            provider,
+            slots: Arc::default(),
+        }
+    }
+
+    /// Asks for pull request `number`'s comment holding `marker` to read `body`. Returns the
+    /// task doing it, or `None` when that body is already there. Never waits on the Git host.
+    pub fn update(
+        &self,
+        number: u64,
+        marker: &str,
+        body: String,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((marker.to_string(), number))
+            .or_default()
+            .clone();
+        {
+            let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.1.as_deref() == Some(body.as_str()) && st.2.as_deref() == Some(body.as_str()) {
+                return None;
+            }
+            st.2 = Some(body);
+        }
+        let provider = self.provider.clone();
+        let marker = marker.to_string();
+        let span = tracing::info_span!("preview_comment", number);
+        Some(tokio::spawn(
+            async move {
+                let _busy = slot.busy.lock().await;
+                let (known, wanted) = {
+                    let st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if st.1 == st.2 {
+                        return;
+                    }
+                    (st.0, st.2.clone().unwrap_or_default())
+                };
+                match provider
+                    .upsert_comment(number, &marker, &wanted, known)
+                    .await
+                {
+                    Ok(id) => {
+                        tracing::info!(provider = provider.name(), comment = id, "Preview comment updated");
+                        let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+                        st.0 = Some(id);
+                        st.1 = Some(wanted);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Preview comment not updated; trying again at the next pass")
+                    }
+                }
+            }
+            .instrument(span),
+        ))
     }
 }
 

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use crate::metrics::Metrics;
+use crate::preview::{self, PreviewRecord};
 use crate::reconcile::Handle;
 use crate::status::{self, AppStatus};
 use crate::store::Store;
@@ -172,6 +173,8 @@ pub struct AppRoute {
     pub repo: String,
     /// The configured ref (`None`: the remote's HEAD, i.e. its default branch).
     pub reference: Option<String>,
+    /// True when the app has pull-request previews (pull-request webhooks trigger them).
+    pub previews: bool,
 }
 
 /// Webhook secrets per Git host.
@@ -216,6 +219,9 @@ pub fn router(state: ServerState) -> Router {
         .route("/webhooks/gitlab", post(gitlab))
         .route("/", get(index_page))
         .route("/apps/{name}", get(app_page))
+        .route("/api/v1/apps/{name}/previews", get(list_previews))
+        .route("/api/v1/apps/{name}/previews/{number}", get(get_preview))
+        .route("/apps/{name}/previews/{number}", get(preview_page))
         .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
         .with_state(state)
 }
@@ -463,6 +469,41 @@ fn push(
     json_response(StatusCode::OK, json!({ "triggered": apps }))
 }
 
+/// The apps with previews whose repository is one of `urls`.
+pub fn matching_preview_apps(apps: &[AppRoute], urls: &[&str]) -> Vec<String> {
+    let keys: Vec<String> = urls
+        .iter()
+        .filter(|u| !u.is_empty())
+        .map(|u| repo_key(u))
+        .collect();
+    apps.iter()
+        .filter(|a| a.previews && keys.contains(&repo_key(&a.repo)))
+        .map(|a| a.name.clone())
+        .collect()
+}
+
+/// Triggers a preview pass of the apps a verified pull-request (or merge-request) event
+/// concerns: any action, since opening, pushing, closing and merging all change what there is
+/// to preview.
+fn pull_request(s: &ServerState, provider: &str, payload: &[u8], urls: &[&str]) -> Response {
+    let Ok(v) = serde_json::from_slice::<Value>(payload) else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "the body is not JSON"}),
+        );
+    };
+    let found: Vec<&str> = urls
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(Value::as_str))
+        .collect();
+    let apps = matching_preview_apps(&s.apps, &found);
+    for app in &apps {
+        s.handle.trigger_previews(app);
+    }
+    tracing::info!(provider, apps = ?apps, "Pull-request webhook");
+    json_response(StatusCode::OK, json!({ "previews": apps }))
+}
+
 fn ignored(event: &str) -> Response {
     json_response(StatusCode::ACCEPTED, json!({ "ignored": event }))
 }
@@ -498,6 +539,17 @@ async fn github(
             ],
             &["/repository/default_branch", "/repository/master_branch"],
         ),
+        "pull_request" => pull_request(
+            &s,
+            "github",
+            &body,
+            &[
+                "/repository/clone_url",
+                "/repository/html_url",
+                "/repository/ssh_url",
+                "/repository/git_url",
+            ],
+        ),
         other => ignored(other),
     }
 }
@@ -530,6 +582,17 @@ async fn gitea(
                 "/repository/ssh_url",
             ],
             &["/repository/default_branch"],
+        ),
+        // Gitea names a push to a pull request `pull_request_sync` in some versions.
+        "pull_request" | "pull_request_sync" => pull_request(
+            &s,
+            "gitea",
+            &body,
+            &[
+                "/repository/clone_url",
+                "/repository/html_url",
+                "/repository/ssh_url",
+            ],
         ),
         other => ignored(other),
     }
@@ -565,6 +628,18 @@ async fn gitlab(
                 "/repository/homepage",
             ],
             &["/project/default_branch"],
+        ),
+        "Merge Request Hook" => pull_request(
+            &s,
+            "gitlab",
+            &body,
+            &[
+                "/project/git_http_url",
+                "/project/git_ssh_url",
+                "/project/web_url",
+                "/repository/url",
+                "/repository/homepage",
+            ],
         ),
         other => ignored(other),
     }
@@ -684,6 +759,120 @@ async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Res
     page(&app.name, &body).into_response()
 }
 
+async fn list_previews(State(s): State<ServerState>, Path(name): Path<String>) -> Response {
+    if !s.apps.iter().any(|a| a.name == name) {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no app named {name}")}),
+        );
+    }
+    match preview::list(s.store.as_ref(), &name).await {
+        Ok(list) => json_response(StatusCode::OK, json!({ "previews": list })),
+        Err(e) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": format!("cannot read the store: {e}")}),
+        ),
+    }
+}
+
+/// The record of one preview, or the response to give instead.
+async fn preview_record(
+    s: &ServerState,
+    name: &str,
+    number: &str,
+) -> Result<PreviewRecord, Response> {
+    match preview::read(s.store.as_ref(), name, number).await {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no preview {number} of app {name}")}),
+        )),
+        Err(e) => Err(json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": format!("cannot read the store: {e}")}),
+        )),
+    }
+}
+
+async fn get_preview(
+    State(s): State<ServerState>,
+    Path((name, number)): Path<(String, String)>,
+) -> Response {
+    match preview_record(&s, &name, &number).await {
+        Ok(r) => json_response(StatusCode::OK, json!(r)),
+        Err(resp) => resp,
+    }
+}
+
+/// The preview as a page (the commit status's link), or as JSON when asked with
+/// `Accept: application/json`.
+async fn preview_page(
+    State(s): State<ServerState>,
+    Path((name, number)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let wants_json = header_str(&headers, "accept").is_some_and(|a| a.contains("application/json"));
+    let rec = match preview_record(&s, &name, &number).await {
+        Ok(r) => r,
+        Err(resp) if wants_json => return resp,
+        Err(resp) => {
+            let status = resp.status();
+            return (
+                status,
+                page(
+                    "not found",
+                    &format!("<p>No preview {} of app {}.</p>", esc(&number), esc(&name)),
+                ),
+            )
+                .into_response();
+        }
+    };
+    if wants_json {
+        return json_response(StatusCode::OK, json!(rec));
+    }
+    let mut body = format!(
+        "<h1>{} preview {}</h1><p><code>{}</code> at <code>{}</code>: <b>{}</b>, {}</p>",
+        esc(&rec.app),
+        esc(&rec.number),
+        esc(&rec.git_ref),
+        esc(&rec.revision),
+        format!("{:?}", rec.state).to_lowercase(),
+        esc(&rec.description),
+    );
+    if let Some(ns) = &rec.namespace {
+        body.push_str(&format!(
+            "<p>Deployed to namespace <code>{}</code>: {}</p>",
+            esc(ns),
+            rec.health.map_or("unknown".to_string(), |h| h.to_string())
+        ));
+    }
+    if !rec.diagnostics.is_empty() {
+        body.push_str("<h2>Diagnostics</h2><ul>");
+        for d in &rec.diagnostics {
+            body.push_str(&format!("<li><code>{}</code></li>", esc(&d.to_string())));
+        }
+        body.push_str("</ul>");
+    }
+    if !rec.diff.is_empty() {
+        body.push_str(&format!("<h2>Diff</h2><pre>{}</pre>", esc(&rec.diff)));
+    }
+    if !rec.resources.is_empty() {
+        body.push_str(
+            "<h2>Objects</h2><table><tr><th>object</th><th>sync</th><th>health</th></tr>",
+        );
+        for r in &rec.resources {
+            body.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.key().to_string()),
+                r.sync,
+                r.health
+            ));
+        }
+        body.push_str("</table>");
+    }
+    page(&format!("{} preview {}", rec.app, rec.number), &body).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,31 +974,37 @@ mod tests {
                 name: "head".into(),
                 repo: "https://github.com/acme/web.git".into(),
                 reference: None,
+                previews: true,
             },
             AppRoute {
                 name: "main".into(),
                 repo: "https://github.com/acme/web".into(),
                 reference: Some("main".into()),
+                previews: false,
             },
             AppRoute {
                 name: "stage".into(),
                 repo: "https://github.com/acme/web".into(),
                 reference: Some("staging".into()),
+                previews: false,
             },
             AppRoute {
                 name: "tag".into(),
                 repo: "https://github.com/acme/web".into(),
                 reference: Some("v1".into()),
+                previews: false,
             },
             AppRoute {
                 name: "pinned".into(),
                 repo: "https://github.com/acme/web".into(),
                 reference: Some("0123456789abcdef0123456789abcdef01234567".into()),
+                previews: false,
             },
             AppRoute {
                 name: "other".into(),
                 repo: "https://github.com/acme/api".into(),
                 reference: None,
+                previews: true,
             },
         ];
         let urls = [
@@ -827,6 +1022,11 @@ mod tests {
         assert_eq!(
             matching_apps(&apps, &urls, "refs/tags/v1", Some("main")),
             vec!["tag"]
+        );
+        assert_eq!(
+            matching_preview_apps(&apps, &urls),
+            vec!["head"],
+            "pull requests concern the apps of that repository with previews"
         );
         assert!(
             matching_apps(

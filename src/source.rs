@@ -237,6 +237,51 @@ impl GitCache {
         }
     }
 
+    /// Fetches every remote ref whose full name `matches` accepts (the pull requests of a
+    /// preview glob) into the cache under `refs/driftless/preview/`, forgets the cached ones
+    /// the remote no longer has, and returns them with their head commits, sorted by name. An
+    /// empty list means the remote was listed and has none.
+    ///
+    /// # Errors
+    ///
+    /// As [`GitCache::fetch_within`] (without [`Error::RefNotFound`]). On error nothing is
+    /// forgotten: a listing that failed never says that a ref is gone.
+    pub async fn fetch_matching(
+        &self,
+        url: &str,
+        matches: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<RemoteHead>> {
+        let path = self.repo_path(url);
+        let lock = self.lock_for(&path);
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let cancel = cancel.clone();
+            let url = url.to_string();
+            async move {
+                let guard = lock.lock_owned().await;
+                let span = tracing::info_span!("git_fetch_previews", url = %url);
+                tokio::task::spawn_blocking(move || {
+                    let _guard = guard;
+                    let _span = span.entered();
+                    fetch_matching_blocking(&path, &url, matches.as_ref(), &cancel)
+                })
+                .await
+                .map_err(Error::TaskFailed)?
+            }
+        };
+        match tokio::time::timeout(timeout, task).await {
+            Ok(result) => result,
+            Err(_) => {
+                cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(Error::TimedOut {
+                    url: url.to_string(),
+                    seconds: timeout.as_secs(),
+                })
+            }
+        }
+    }
+
     /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
     /// cache of `url`. The revision must have been fetched.
     ///
@@ -414,6 +459,106 @@ fn fetch_blocking(
             })
         }
     }
+}
+
+/// A remote ref fetched by [`GitCache::fetch_matching`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteHead {
+    /// The full ref name on the remote, e.g. `refs/pull/7/head`.
+    pub name: String,
+    /// The commit it points at (fetched into the cache).
+    pub revision: Revision,
+    /// That commit's committer time, in seconds since the Unix epoch.
+    pub commit_time: i64,
+}
+
+/// Where the refs of previews are kept in the cache.
+const PREVIEW_PREFIX: &str = "refs/driftless/preview/";
+
+fn fetch_matching_blocking(
+    path: &Path,
+    url: &str,
+    matches: &(dyn Fn(&str) -> bool + Send + Sync),
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<RemoteHead>> {
+    let repo = open_or_init(path)?;
+    let fetch_failed = |source| Error::FetchFailed {
+        url: url.to_string(),
+        source,
+    };
+    let is_local = !url.contains("://") && !url.contains('@');
+    if is_local && !Path::new(url).exists() {
+        return Err(Error::RepositoryNotFound {
+            url: url.to_string(),
+        });
+    }
+    let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
+    remote.connect(Direction::Fetch).map_err(fetch_failed)?;
+    let wanted: Vec<(String, Oid)> = remote
+        .list()
+        .map_err(fetch_failed)?
+        .iter()
+        .filter(|h| matches(h.name()))
+        .map(|h| (h.name().to_string(), h.oid()))
+        .collect();
+    remote.disconnect().map_err(fetch_failed)?;
+    let preview_ref = |name: &str| {
+        format!(
+            "{PREVIEW_PREFIX}{}",
+            name.strip_prefix("refs/").unwrap_or(name)
+        )
+    };
+    // Only refs whose commit the cache does not point at already.
+    let specs: Vec<String> = wanted
+        .iter()
+        .filter(|(name, oid)| {
+            repo.refname_to_id(&preview_ref(name)).ok() != Some(*oid)
+        })
+        .map(|(name, _)| format!("+{name}:{}", preview_ref(name)))
+        .collect();
+    if !specs.is_empty() {
+        let mut callbacks = git2::RemoteCallbacks::new();
+        callbacks.transfer_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
+        callbacks.sideband_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
+        let mut opts = FetchOptions::new();
+        opts.remote_callbacks(callbacks);
+        opts.download_tags(AutotagOption::None);
+        opts.update_fetchhead(false);
+        let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
+        remote
+            .fetch(&refs, Some(&mut opts), None)
+            .map_err(fetch_failed)?;
+    }
+    // The listing succeeded: cached preview refs the remote no longer has are gone.
+    let keep: HashSet<String> = wanted.iter().map(|(n, _)| preview_ref(n)).collect();
+    let read_failed = |what: &str| {
+        let what = what.to_string();
+        move |source| Error::ReadFailed { what, source }
+    };
+    let stale: Vec<String> = repo
+        .references_glob(&format!("{PREVIEW_PREFIX}*"))
+        .map_err(read_failed("preview refs"))?
+        .filter_map(|r| r.ok().and_then(|r| r.name().ok().map(str::to_string)))
+        .filter(|n| !keep.contains(n))
+        .collect();
+    for name in stale {
+        if let Ok(mut r) = repo.find_reference(&name) {
+            let _ = r.delete();
+        }
+    }
+    let mut out = Vec::new();
+    for (name, oid) in wanted {
+        let commit = repo
+            .find_commit(oid)
+            .map_err(read_failed(&format!("commit of {name}")))?;
+        out.push(RemoteHead {
+            name,
+            revision: Revision(oid.to_string()),
+            commit_time: commit.time().seconds(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }
 
 /// Where a remote ref is kept in the cache: `refs/heads/x` → `refs/driftless/heads/x`.

@@ -677,3 +677,150 @@ async fn a_long_retry_after_holds_only_its_own_status_and_never_a_stop() {
         .expect("the writer stops without waiting out the Retry-After")
         .unwrap();
 }
+
+mod common;
+
+use common::comments::{Comments, Host};
+use wiremock::matchers::path_regex;
+
+/// One comment per pull request, whatever happens: found again by its marker (also after a
+/// restart, when the agent knows no id), edited in place, never posted twice.
+async fn keeps_one_comment(host: Host, kind: Provider, repo: &str, token_suffix: &str) {
+    let server = MockServer::start().await;
+    let comments = Comments::new(host, repo, 7, "tok-123");
+    // Someone else's comment first: it is never touched.
+    comments
+        .comments
+        .lock()
+        .unwrap()
+        .push((5, "LGTM".to_string()));
+    Mock::given(path_regex(comments.path_pattern()))
+        .respond_with(comments.clone())
+        .mount(&server)
+        .await;
+    let p = provider(kind, &server, token_suffix, repo);
+    let marker = "<!-- driftless-preview:web -->";
+    let id = p
+        .upsert_comment(7, marker, &format!("{marker}\nfirst"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        p.upsert_comment(7, marker, &format!("{marker}\nsecond"), Some(id))
+            .await
+            .unwrap(),
+        id
+    );
+    // A restart: no id known; the marker finds it.
+    assert_eq!(
+        p.upsert_comment(7, marker, &format!("{marker}\nthird"), None)
+            .await
+            .unwrap(),
+        id
+    );
+    // The same text again: nothing is written.
+    p.upsert_comment(7, marker, &format!("{marker}\nthird"), None)
+        .await
+        .unwrap();
+    let edit = if host == Host::Gitlab { "PUT" } else { "PATCH" };
+    assert_eq!(
+        comments.calls(),
+        vec![
+            "GET".to_string(),
+            "POST".into(),
+            format!("{edit} {id}"),
+            "GET".into(),
+            format!("{edit} {id}"),
+            "GET".into(),
+        ]
+    );
+    assert_eq!(
+        comments.bodies(),
+        vec!["LGTM".to_string(), format!("{marker}\nthird")]
+    );
+    assert!(comments.violations().is_empty(), "{:?}", comments.violations());
+    // Deleted by someone: created again, once.
+    comments.comments.lock().unwrap().retain(|(i, _)| *i != id);
+    let again = p
+        .upsert_comment(7, marker, &format!("{marker}\nfourth"), Some(id))
+        .await
+        .unwrap();
+    assert_ne!(again, id);
+    assert_eq!(comments.bodies().len(), 2);
+}
+
+#[tokio::test]
+async fn github_keeps_one_pull_request_comment() {
+    keeps_one_comment(Host::Github, Provider::Github, "acme/web", "").await;
+}
+
+#[tokio::test]
+async fn gitea_keeps_one_pull_request_comment() {
+    keeps_one_comment(Host::Gitea, Provider::Gitea, "acme/web", "").await;
+}
+
+#[tokio::test]
+async fn gitlab_keeps_one_merge_request_note() {
+    keeps_one_comment(Host::Gitlab, Provider::Gitlab, "acme/web", "").await;
+}
+
+#[tokio::test]
+async fn a_burst_of_updates_makes_one_comment_with_the_last_text() {
+    let server = MockServer::start().await;
+    let comments = Comments::new(Host::Github, "acme/web", 7, "tok-123");
+    Mock::given(path_regex(comments.path_pattern()))
+        .respond_with(comments.clone().clone())
+        .mount(&server)
+        .await;
+    let commenter = report::Commenter::new(provider(Provider::Github, &server, "", "acme/web"));
+    let marker = "<!-- driftless-preview:web -->";
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        tasks.extend(commenter.update(7, marker, format!("{marker}\npush {i}")));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(comments.bodies(), vec![format!("{marker}\npush 19")]);
+    let posts = comments.calls().iter().filter(|c| *c == "POST").count();
+    assert_eq!(posts, 1, "{:?}", comments.calls());
+    // The same text again asks nothing of the host.
+    assert!(commenter.update(7, marker, format!("{marker}\npush 19")).is_none());
+    assert!(comments.violations().is_empty(), "{:?}", comments.violations());
+}
+
+#[tokio::test]
+async fn preview_statuses_are_posted_as_given_and_deduplicated() {
+    let server = MockServer::start().await;
+    no_statuses_yet(&server, &format!("/repos/acme/web/commits/{SHA}/statuses")).await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/acme/web/statuses/{SHA}")))
+        .and(header("authorization", "Bearer tok-123"))
+        .and(body_json(json!({
+            "state": "success",
+            "description": "3 to create, 1 to update, 0 to delete",
+            "context": "driftless/web/preview",
+            "target_url": "https://drift.example.com/apps/web/previews/7",
+        })))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let queue = Queue::default();
+    let mut reporter = Reporter::new(
+        provider(Provider::Github, &server, "", "acme/web"),
+        None,
+        queue.clone(),
+    );
+    for _ in 0..3 {
+        reporter.post(report::CommitStatus {
+            sha: SHA.into(),
+            context: "driftless/web/preview".into(),
+            state: report::State::Success,
+            description: "3 to create, 1 to update, 0 to delete".into(),
+            target_url: Some("https://drift.example.com/apps/web/previews/7".into()),
+        });
+    }
+    assert_eq!(queue.len(), 1);
+    let mut writer = Writer::new(queue, None);
+    writer.flush().await;
+}

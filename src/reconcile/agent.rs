@@ -9,7 +9,7 @@ use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{App, Backoff, Trigger, backoff::BACKOFF_MIN, error_chain};
+use super::{App, Backoff, Previews, Trigger, backoff::BACKOFF_MIN, error_chain};
 use crate::object::ObjectKey;
 use crate::store::{Store, WatchItem};
 
@@ -79,6 +79,8 @@ impl Requested {
 pub struct Handle {
     /// Per app: the pending request of a webhook or a person.
     triggers: HashMap<String, Arc<Requested>>,
+    /// Per app with previews: a request for a preview pass now.
+    previews: HashMap<String, Arc<Notify>>,
     readiness: Arc<Readiness>,
 }
 
@@ -104,6 +106,18 @@ impl Handle {
         }
     }
 
+    /// Asks `app`'s previews for a pass now (a pull-request webhook). False when the app has
+    /// no previews. Requests made during a pass collapse into one more pass.
+    pub fn trigger_previews(&self, app: &str) -> bool {
+        match self.previews.get(app) {
+            Some(n) => {
+                n.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Which apps have finished their first reconcile.
     pub fn readiness(&self) -> &Readiness {
         &self.readiness
@@ -114,13 +128,24 @@ impl Handle {
 pub struct Agent {
     store: Arc<dyn Store>,
     apps: Vec<App>,
+    previews: Vec<Previews>,
 }
 
 impl Agent {
     /// An agent running these apps (loaded with [`App::load`], which all share one claim lock)
     /// against `store`.
     pub fn new(store: Arc<dyn Store>, apps: Vec<App>) -> Self {
-        Self { store, apps }
+        Self {
+            store,
+            apps,
+            previews: Vec::new(),
+        }
+    }
+
+    /// Also runs these apps' pull-request previews, each in its own task beside its app's loop.
+    pub fn with_previews(mut self, previews: Vec<Previews>) -> Self {
+        self.previews = previews;
+        self
     }
 
     /// Starts the agent: watches the store and runs each app's loop until `shutdown` becomes
@@ -143,6 +168,13 @@ impl Agent {
                 shutdown: shutdown.clone(),
                 readiness: readiness.clone(),
             });
+        }
+        let mut previews = HashMap::new();
+        let mut preview_loops = Vec::new();
+        for p in self.previews {
+            let notify = Arc::new(Notify::new());
+            previews.insert(p.name().to_string(), notify.clone());
+            preview_loops.push((p, notify, shutdown.clone()));
         }
         let store = self.store;
         let mut stop = shutdown.clone();
@@ -169,6 +201,12 @@ impl Agent {
                 let span = tracing::info_span!("app", app = %l.app.name());
                 tasks.push(tokio::spawn(l.run().instrument(span)));
             }
+            for (p, notify, shutdown) in preview_loops {
+                let span = tracing::info_span!("previews", app = %p.name());
+                tasks.push(tokio::spawn(
+                    run_previews(p, notify, shutdown).instrument(span),
+                ));
+            }
             for t in tasks {
                 let _ = t.await;
             }
@@ -178,11 +216,41 @@ impl Agent {
         (
             Handle {
                 triggers,
+                previews,
                 readiness,
             },
             join,
         )
     }
+}
+
+/// One app's preview loop: a pass at every poll interval and on request (a pull-request
+/// webhook), until shutdown (which abandons a pass in progress: each of its writes is a
+/// transaction of its own, and the next start redoes what is missing).
+async fn run_previews(
+    mut previews: Previews,
+    requested: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut next = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            _ = tokio::time::sleep_until(next) => {}
+            _ = requested.notified() => {}
+        }
+        let report = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            r = previews.pass() => r,
+        };
+        if !report.planned.is_empty() || !report.removed.is_empty() {
+            tracing::info!(planned = ?report.planned, removed = ?report.removed, skipped = ?report.skipped, "Preview pass");
+        }
+        next = Instant::now() + previews.interval();
+    }
+    tracing::info!("Previews stopped");
 }
 
 /// Follows the store's change feed and broadcasts it to the app loops, resuming after errors.

@@ -1351,7 +1351,7 @@ fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
         && a.diagnostics == b.diagnostics
 }
 
-fn resource(
+pub(super) fn resource(
     key: &ObjectKey,
     version: String,
     sync: SyncStatus,

@@ -18,15 +18,18 @@
 //!
 //! Layout: [`app`] is one app's reconcile (the pipeline and the status it records),
 //! [`agent`] runs the apps (one loop each, one store watch feeding them, manual triggers,
-//! readiness), [`backoff`] holds the retry and fight backoff.
+//! readiness), [`backoff`] holds the retry and fight backoff, [`preview`] runs an app's
+//! pull-request previews beside its loop.
 
 mod agent;
 mod app;
 mod backoff;
+mod preview;
 
 pub use agent::{Agent, Handle, Readiness};
 pub use app::App;
 pub use backoff::{Backoff, Fights};
+pub use preview::{PassReport, Previews};
 
 use std::collections::BTreeSet;
 
@@ -54,6 +57,24 @@ pub enum Error {
         /// Why.
         #[source]
         source: store::Error,
+    },
+    /// The preview records of an app are unreadable.
+    #[error("cannot read the previews of app {app}")]
+    PreviewsUnreadable {
+        /// The app.
+        app: String,
+        /// Why.
+        #[source]
+        source: store::Error,
+    },
+    /// The app's `preview` section is missing or its `refs` glob is invalid (the config's
+    /// validation normally catches this first).
+    #[error("app {app}: invalid preview section: {message}")]
+    InvalidPreview {
+        /// The app.
+        app: String,
+        /// What is wrong.
+        message: String,
     },
 }
 

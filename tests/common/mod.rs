@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: real Git repositories made with the `git` command.
 #![allow(dead_code)]
 
+pub mod comments;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
