@@ -1079,6 +1079,43 @@ mod tests {
     }
 
     #[test]
+    fn preview_sections_have_defaults_and_name_their_bad_values() {
+        let base = "apps:\n- name: a\n  source: {repo: x}\n";
+        let c = parse_str(&format!(
+            "{base}  preview: {{refs: \"refs/pull/*/head\"}}\n"
+        ))
+        .unwrap();
+        let p = c.config.apps[0].preview.as_ref().unwrap();
+        assert_eq!(p.namespace.value, "pr-{number}");
+        assert_eq!(p.max_open.value, 20);
+        assert!(p.max_age.is_none() && !p.comment && !p.deploy);
+        let err = |yaml: &str| parse_str(&format!("{base}{yaml}")).unwrap_err().to_string();
+        let e = err("  preview:\n    refs: \"pull/*/head\"\n");
+        assert!(
+            e.starts_with("/etc/driftless/driftless.yaml:5:11: apps[0].preview.refs:"),
+            "{e}"
+        );
+        let e = err("  preview:\n    refs: refs/pull/1/head\n");
+        assert!(e.contains("has no `*`"), "{e}");
+        let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    namespace: previews\n");
+        assert!(
+            e.contains("apps[0].preview.namespace: `previews` must contain `{number}`"),
+            "{e}"
+        );
+        let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    namespace: PR-{number}\n");
+        assert!(e.contains(":6:16: apps[0].preview.namespace"), "{e}");
+        let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    maxOpen: 0\n");
+        assert!(
+            e.contains("apps[0].preview.maxOpen: must be at least 1"),
+            "{e}"
+        );
+        let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    comment: true\n");
+        assert!(e.contains("apps[0].preview.comment"), "{e}");
+        let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    maxAge: soon\n");
+        assert!(e.contains(":6:13: invalid duration `soon`"), "{e}");
+    }
+
+    #[test]
     fn local_repositories_resolve_against_the_config_folder() {
         let c = parse_str("apps:\n- name: a\n  source: {repo: ../manifests}\n").unwrap();
         assert_eq!(

@@ -511,9 +511,7 @@ fn fetch_matching_blocking(
     // Only refs whose commit the cache does not point at already.
     let specs: Vec<String> = wanted
         .iter()
-        .filter(|(name, oid)| {
-            repo.refname_to_id(&preview_ref(name)).ok() != Some(*oid)
-        })
+        .filter(|(name, oid)| repo.refname_to_id(&preview_ref(name)).ok() != Some(*oid))
         .map(|(name, _)| format!("+{name}:{}", preview_ref(name)))
         .collect();
     if !specs.is_empty() {

@@ -737,7 +737,11 @@ async fn keeps_one_comment(host: Host, kind: Provider, repo: &str, token_suffix:
         comments.bodies(),
         vec!["LGTM".to_string(), format!("{marker}\nthird")]
     );
-    assert!(comments.violations().is_empty(), "{:?}", comments.violations());
+    assert!(
+        comments.violations().is_empty(),
+        "{:?}",
+        comments.violations()
+    );
     // Deleted by someone: created again, once.
     comments.comments.lock().unwrap().retain(|(i, _)| *i != id);
     let again = p
@@ -784,8 +788,16 @@ async fn a_burst_of_updates_makes_one_comment_with_the_last_text() {
     let posts = comments.calls().iter().filter(|c| *c == "POST").count();
     assert_eq!(posts, 1, "{:?}", comments.calls());
     // The same text again asks nothing of the host.
-    assert!(commenter.update(7, marker, format!("{marker}\npush 19")).is_none());
-    assert!(comments.violations().is_empty(), "{:?}", comments.violations());
+    assert!(
+        commenter
+            .update(7, marker, format!("{marker}\npush 19"))
+            .is_none()
+    );
+    assert!(
+        comments.violations().is_empty(),
+        "{:?}",
+        comments.violations()
+    );
 }
 
 #[tokio::test]

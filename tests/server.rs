@@ -316,12 +316,18 @@ async fn gitea_and_gitlab_webhooks_are_verified_and_trigger_a_fetch() {
         401
     );
     assert_eq!(
-        gitlab(Some("gl-secret"), "Merge Request Hook")
+        gitlab(Some("gl-secret"), "Issue Hook")
             .await
             .unwrap()
             .status(),
         202
     );
+    // A merge request concerns previews only (this app has none): no fetch.
+    let mr = gitlab(Some("gl-secret"), "Merge Request Hook")
+        .await
+        .unwrap();
+    assert_eq!(mr.status(), 200);
+    assert_eq!(mr.json::<Value>().await.unwrap(), json!({"previews": []}));
     assert!(!applied(&env, "gitlab"));
     assert_eq!(
         gitlab(Some("gl-secret"), "Push Hook")

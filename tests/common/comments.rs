@@ -126,7 +126,12 @@ impl Respond for Comments {
                 .to_string()
         };
         if header(&self.auth.0) != self.auth.1 {
-            return self.bad(format!("{} {}: bad {}", req.method, req.url.path(), self.auth.0));
+            return self.bad(format!(
+                "{} {}: bad {}",
+                req.method,
+                req.url.path(),
+                self.auth.0
+            ));
         }
         if !header("user-agent").starts_with("driftless/") {
             return self.bad("no driftless user agent".into());
@@ -143,10 +148,16 @@ impl Respond for Comments {
                 Some(m) if m.len() == 1 && m.get("body").is_some_and(Value::is_string) => {
                     Ok(m["body"].as_str().unwrap().to_string())
                 }
-                _ => Err(format!("{method} {path}: the body must be {{\"body\": \"...\"}}: {v}")),
+                _ => Err(format!(
+                    "{method} {path}: the body must be {{\"body\": \"...\"}}: {v}"
+                )),
             }
         };
-        let edit_method = if self.host == Host::Gitlab { "PUT" } else { "PATCH" };
+        let edit_method = if self.host == Host::Gitlab {
+            "PUT"
+        } else {
+            "PATCH"
+        };
         if path == self.list_path && method == "GET" {
             self.calls.lock().unwrap().push("GET".into());
             let list: Vec<Value> = self
@@ -164,7 +175,14 @@ impl Respond for Comments {
                 Err(e) => return self.bad(e),
             };
             let mut comments = self.comments.lock().unwrap();
-            let id = 1001 + self.calls.lock().unwrap().iter().filter(|c| *c == "POST").count() as u64;
+            let id = 1001
+                + self
+                    .calls
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| *c == "POST")
+                    .count() as u64;
             comments.push((id, b.clone()));
             self.calls.lock().unwrap().push("POST".into());
             return ResponseTemplate::new(201).set_body_json(json!({"id": id, "body": b}));
