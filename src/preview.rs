@@ -103,15 +103,16 @@ impl RefGlob {
     }
 
     /// The pull request's number when `name` matches: what the first wildcard matched. `None`
-    /// when it does not match, or when that text is empty or not made of ASCII letters, digits,
-    /// `.`, `_` and `-` (it is used in URLs, namespaces and record names).
+    /// when it does not match, or when that text is not made of ASCII letters, digits, `.`, `_`
+    /// and `-` starting with a letter or digit (it is used in URLs, namespaces and record
+    /// names: `..` is not a number).
     pub fn number_of(&self, name: &str) -> Option<String> {
         let mut first = None;
         if !match_from(&self.tokens, name, &mut first) {
             return None;
         }
         first.filter(|n| {
-            !n.is_empty()
+            n.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && n.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         })
@@ -485,6 +486,8 @@ mod tests {
         assert_eq!(g.number_of("refs/pull/7/merge"), None);
         assert_eq!(g.number_of("refs/pull/7/x/head"), None, "one segment");
         assert_eq!(g.number_of("refs/pull//head"), None, "empty");
+        assert_eq!(g.number_of("refs/pull/../head"), None, "dots");
+        assert_eq!(g.number_of("refs/pull/-1/head"), None);
         assert_eq!(g.number_of("refs/heads/main"), None);
         let gl = RefGlob::new("refs/merge-requests/*/head").unwrap();
         assert_eq!(

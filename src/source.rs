@@ -546,12 +546,18 @@ fn fetch_matching_blocking(
     }
     let mut out = Vec::new();
     for (name, oid) in wanted {
-        let commit = repo
-            .find_commit(oid)
-            .map_err(read_failed(&format!("commit of {name}")))?;
+        // A ref to an annotated tag is followed to its commit; one to a tree or a blob is no
+        // pull request's head, and is left out (the others still are previewed).
+        let commit = match repo.find_object(oid, None).and_then(|o| o.peel_to_commit()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(git_ref = %name, error = %e, "Ref does not point at a commit; ignored");
+                continue;
+            }
+        };
         out.push(RemoteHead {
             name,
-            revision: Revision(oid.to_string()),
+            revision: Revision(commit.id().to_string()),
             commit_time: commit.time().seconds(),
         });
     }

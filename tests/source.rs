@@ -248,3 +248,88 @@ async fn names_that_are_not_utf8_are_errors_not_silent_skips() {
         "{diags:?}"
     );
 }
+
+#[tokio::test]
+async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
+    use std::sync::Arc;
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let main = repo.commit("main");
+    repo.write("app/b.yaml", configmap("b", &[]));
+    let pr = repo.commit("pr");
+    repo.git(&["update-ref", "refs/pull/1/head", &pr]);
+    repo.git(&["update-ref", "refs/pull/2/head", &main]);
+    repo.git(&["update-ref", "refs/pull/2/merge", &pr]);
+    // An annotated tag is followed to its commit; a blob is no pull request's head.
+    repo.git(&["tag", "-a", "t", "-m", "t", &pr]);
+    let tag = repo.git(&["rev-parse", "refs/tags/t"]);
+    repo.git(&["update-ref", "refs/pull/3/head", &tag]);
+    let blob = repo.git(&["rev-parse", &format!("{pr}:app/b.yaml")]);
+    repo.git(&["update-ref", "refs/pull/4/head", &blob]);
+    let (_d, cache) = cache();
+    let matches: Arc<dyn Fn(&str) -> bool + Send + Sync> =
+        Arc::new(|n: &str| n.starts_with("refs/pull/") && n.ends_with("/head"));
+    let timeout = std::time::Duration::from_secs(30);
+    let heads = cache
+        .fetch_matching(&repo.url(), matches.clone(), timeout)
+        .await
+        .unwrap();
+    let got: Vec<(&str, &str)> = heads
+        .iter()
+        .map(|h| (h.name.as_str(), h.revision.0.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("refs/pull/1/head", pr.as_str()),
+            ("refs/pull/2/head", main.as_str()),
+            ("refs/pull/3/head", pr.as_str()),
+        ]
+    );
+    assert!(heads.iter().all(|h| h.commit_time > 1_600_000_000));
+    // Readable from the cache like any fetched revision.
+    let files = cache
+        .read(&repo.url(), &Revision(pr.clone()), "app")
+        .await
+        .unwrap();
+    assert_eq!(files.files.len(), 2);
+    // Closed: gone from the next listing and from the cache's refs.
+    repo.git(&["update-ref", "-d", "refs/pull/1/head"]);
+    let heads = cache
+        .fetch_matching(&repo.url(), matches.clone(), timeout)
+        .await
+        .unwrap();
+    assert_eq!(heads.len(), 2);
+    let cached = std::process::Command::new("git")
+        .args([
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/driftless/preview/",
+        ])
+        .current_dir(cache.repo_path(&repo.url()))
+        .output()
+        .unwrap();
+    let cached = String::from_utf8_lossy(&cached.stdout).to_string();
+    assert!(!cached.contains("pull/1/head"), "{cached}");
+    assert!(cached.contains("pull/2/head"), "{cached}");
+    // The repository gone: an error, and the cache keeps what it had.
+    let moved = repo.path().with_extension("moved");
+    std::fs::rename(repo.path(), &moved).unwrap();
+    assert!(
+        cache
+            .fetch_matching(&repo.url(), matches, timeout)
+            .await
+            .is_err()
+    );
+    std::fs::rename(&moved, repo.path()).unwrap();
+    let cached_after = std::process::Command::new("git")
+        .args([
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/driftless/preview/",
+        ])
+        .current_dir(cache.repo_path(&repo.url()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cached_after.stdout), cached);
+}
