@@ -155,7 +155,7 @@ fn match_from(tokens: &[Token], s: &str, first: &mut Option<String>) -> bool {
 ///
 /// A message when the result is not an RFC 1123 label (Kubernetes' rule for namespaces).
 pub fn namespace_for(template: &str, number: &str) -> Result<String, String> {
-    let ns = template.replace("{number}", &number.to_ascii_lowercase());
+    let ns = template.replace("{number}", number);
     match object::dns1123_label_error(&ns) {
         None => Ok(ns),
         Some(problem) => Err(format!(
@@ -164,14 +164,20 @@ pub fn namespace_for(template: &str, number: &str) -> Result<String, String> {
     }
 }
 
-/// The objects of a deployed preview: every namespaced object moved into `namespace`.
-/// Cluster-scoped objects (Namespace, ClusterRole, CRDs...) are left out, since the app's own
-/// would be the same objects; their keys are returned second.
+/// The objects of a deployed preview: every namespaced object moved into `namespace` (whatever
+/// namespace it declares). Cluster-scoped objects (Namespace, ClusterRole, CRDs...) are left
+/// out, since the app's own would be the same objects; their keys are returned second.
+///
+/// # Errors
+///
+/// A message naming both objects when two of them become one object in `namespace` (the same
+/// kind and name declared in two namespaces).
 pub fn into_namespace(
     desired: &BTreeMap<ObjectKey, Object>,
     namespace: &str,
-) -> (BTreeMap<ObjectKey, Object>, Vec<ObjectKey>) {
-    let mut out = BTreeMap::new();
+) -> Result<(BTreeMap<ObjectKey, Object>, Vec<ObjectKey>), String> {
+    let mut out: BTreeMap<ObjectKey, Object> = BTreeMap::new();
+    let mut from: BTreeMap<ObjectKey, &ObjectKey> = BTreeMap::new();
     let mut left_out = Vec::new();
     for (key, obj) in desired {
         if object::is_cluster_scoped(&key.group, &key.kind) {
@@ -181,9 +187,16 @@ pub fn into_namespace(
         let mut o = obj.clone();
         o.metadata_mut()
             .insert("namespace".into(), Value::String(namespace.to_string()));
-        out.insert(o.key(), o);
+        let moved = o.key();
+        if let Some(first) = from.get(&moved) {
+            return Err(format!(
+                "{first} and {key} would both be {moved} in the preview namespace"
+            ));
+        }
+        from.insert(moved.clone(), key);
+        out.insert(moved, o);
     }
-    (out, left_out)
+    Ok((out, left_out))
 }
 
 /// `3 to create, 1 to update, 0 to delete`, or `no changes`.
@@ -293,6 +306,14 @@ pub struct PreviewRecord {
     /// The objects of a deployed preview.
     #[serde(default)]
     pub resources: Vec<ResourceStatus>,
+    /// The resourceVersion of the app's inventory the plan was made against: when it moves,
+    /// the pull request is planned again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_against: Option<u64>,
+    /// The head commit whose objects are deployed (an older one while the newest does not
+    /// parse: the last good head stays in force).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_revision: Option<String>,
     /// When the record was last written (RFC 3339, UTC).
     pub updated_at: String,
 }
@@ -348,9 +369,13 @@ pub fn comment_body(rec: &PreviewRecord, url: Option<&str>) -> String {
         out.push_str(&format!("\nDeployed to namespace `{ns}`: {health}.\n"));
     }
     if let Some(d) = rec.diagnostics.iter().find(|d| d.is_error()) {
+        // A fenced block: the message may hold backticks of its own.
         out.push_str(&format!(
-            "\nThe manifests do not parse: `{}:{}:{}: {}`\n",
-            d.path, d.line, d.column, d.message
+            "\nThe manifests do not parse:\n\n```text\n{}:{}:{}: {}\n```\n",
+            d.path,
+            d.line,
+            d.column,
+            d.message.replace('`', "'")
         ));
     }
     if !rec.changes.is_empty() {
@@ -528,6 +553,12 @@ mod tests {
                 .unwrap_err()
                 .contains("pr-feature_x")
         );
+        assert!(
+            namespace_for("pr-{number}", "Fix")
+                .unwrap_err()
+                .contains("`pr-Fix`"),
+            "never changed silently"
+        );
     }
 
     #[test]
@@ -543,13 +574,26 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let (moved, left_out) = into_namespace(&desired, "pr-7");
+        let (moved, left_out) = into_namespace(&desired, "pr-7").unwrap();
         assert_eq!(
             moved.keys().map(ToString::to_string).collect::<Vec<_>>(),
             vec![ObjectKey::new("", "ConfigMap", "pr-7", "a").to_string()]
         );
         assert_eq!(moved.values().next().unwrap().namespace(), "pr-7");
         assert_eq!(left_out, vec![ObjectKey::new("", "Namespace", "", "web")]);
+        let twice: BTreeMap<_, _> = [
+            mk(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "team-a"}})),
+            mk(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "team-b"}})),
+        ]
+        .into_iter()
+        .collect();
+        let e = into_namespace(&twice, "pr-7").unwrap_err();
+        assert!(
+            e.contains("team-a/a") && e.contains("team-b/a") && e.contains("pr-7/a"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -588,6 +632,8 @@ mod tests {
             namespace: None,
             health: None,
             resources: Vec::new(),
+            planned_against: Some(3),
+            deployed_revision: None,
             updated_at: "2026-11-29T12:00:00Z".into(),
         };
         let obj = rec.to_record();

@@ -55,6 +55,8 @@ pub struct Previews {
     health_rules: health::CustomRules,
     /// The records as last written, by number.
     records: BTreeMap<String, PreviewRecord>,
+    /// The pull requests left out by the last pass (to log each only when it starts).
+    skipped: BTreeSet<String>,
 }
 
 impl Previews {
@@ -101,6 +103,7 @@ impl Previews {
             external_url: None,
             health_rules: health::CustomRules::none(),
             records,
+            skipped: BTreeSet::new(),
         })
     }
 
@@ -141,13 +144,18 @@ impl Previews {
     }
 
     fn url_of(&self, number: &str) -> Option<String> {
-        self.external_url
-            .as_ref()
-            .map(|u| format!("{u}/apps/{}/previews/{number}", self.name()))
+        self.external_url.as_ref().map(|u| {
+            format!(
+                "{}/apps/{}/previews/{number}",
+                u.trim_end_matches('/'),
+                self.name()
+            )
+        })
     }
 
-    /// One pass: list the pull requests, plan new heads, keep deployed previews reconciled,
-    /// remove the previews whose ref went away. Never fails: problems are logged and recorded.
+    /// One pass: list the pull requests, plan new heads (and every head again when the app's
+    /// inventory moved), keep deployed previews reconciled, remove the previews whose ref went
+    /// away or fell outside the limits. Never fails: problems are logged and recorded.
     pub async fn pass(&mut self) -> PassReport {
         let mut report = PassReport::default();
         let glob = self.glob.clone();
@@ -167,45 +175,85 @@ impl Previews {
                 return report;
             }
         };
+        // What the plans are made against: the app's inventory, as it is now. When it moves (a
+        // new revision applied, drift reverted), every preview is planned again.
+        let base = match Inventory::load(self.store.as_ref(), self.name()).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "Cannot read the app's inventory; previews stay as they are");
+                return report;
+            }
+        };
         let (eligible, skipped) = self.select(heads);
-        report.skipped = skipped;
         let wanted: BTreeSet<String> = eligible.iter().map(|(n, _)| n.clone()).collect();
-        // Gone: known previews (records, or deployed inventories left by an earlier run) whose
-        // ref is no longer eligible. The listing succeeded, so this is complete information.
+        // Known previews (records, or environments left by an earlier run or config) whose ref
+        // is no longer eligible go. The listing succeeded: this is complete information.
+        let deployed: BTreeSet<String> = self.deployed_numbers().await.into_iter().collect();
         let mut known: BTreeSet<String> = self.records.keys().cloned().collect();
-        if self.preview.deploy {
-            known.extend(self.deployed_numbers().await);
-        }
+        known.extend(deployed.iter().cloned());
         for number in known.difference(&wanted) {
-            match self.remove(number).await {
+            let reason = skipped.iter().find(|(n, _, _)| n == number);
+            let result = match self.remove_environment(number).await {
+                Ok(()) => {
+                    if let Some((_, head, why)) = reason
+                        && self.records.contains_key(number)
+                    {
+                        // Its ref is still there: say on the pull request why it has no
+                        // preview any more, rather than leave a status that never changes.
+                        self.publish_skip(number, head, why);
+                    }
+                    self.remove_record(number).await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
                 Ok(()) => report.removed.push(number.clone()),
                 Err(e) => {
                     tracing::warn!(number = %number, error = %e, "Cannot remove the preview; trying again at the next pass")
                 }
             }
         }
-        for (number, head) in eligible {
-            let fresh = self
-                .records
-                .get(&number)
-                .is_none_or(|r| r.revision != head.revision.0);
-            if !fresh && !self.preview.deploy {
-                self.publish(&number).await;
-                continue;
+        // Environments of a config that no longer deploys.
+        if !self.preview.deploy {
+            for number in deployed.intersection(&wanted) {
+                match self.remove_environment(number).await {
+                    Ok(()) => {
+                        if let Some(r) = self.records.get_mut(number) {
+                            // Planned again below, without its environment.
+                            r.planned_against = None;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(number = %number, error = %e, "Cannot delete the preview environment; trying again at the next pass")
+                    }
+                }
             }
-            if fresh {
+        }
+        report.skipped = skipped.into_iter().map(|(n, _, _)| n).collect();
+        let mut published = BTreeSet::new();
+        for (number, head) in eligible {
+            let stale = self.records.get(&number).is_none_or(|r| {
+                r.revision != head.revision.0 || r.planned_against != base.resource_version
+            });
+            if stale {
                 report.planned.push(number.clone());
             }
-            if let Err(e) = self.preview_one(&number, &head, fresh).await {
+            if (stale || self.preview.deploy)
+                && let Err(e) = self.preview_one(&number, &head, stale, &base).await
+            {
                 tracing::warn!(number = %number, error = %e, "Preview failed; trying again at the next pass");
+                continue;
             }
+            // Two pull requests with one head commit share its status (the lowest number's).
+            let first = published.insert(head.revision.0.clone());
+            self.publish(&number, first);
         }
         report
     }
 
-    /// The pull requests to preview (number → head), newest head commit first, at most
-    /// `maxOpen`, none older than `maxAge`; and the numbers left out.
-    fn select(&self, heads: Vec<RemoteHead>) -> (Vec<(String, RemoteHead)>, Vec<String>) {
+    /// The pull requests to preview (number → head) in number order: at most `maxOpen`, the
+    /// newest head commits first, none older than `maxAge`; and those left out, with why.
+    fn select(&mut self, heads: Vec<RemoteHead>) -> (Vec<(String, RemoteHead)>, Vec<Skipped>) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
@@ -218,8 +266,11 @@ impl Previews {
             if let Some(max_age) = &self.preview.max_age
                 && now - h.commit_time > max_age.value.as_secs() as i64
             {
-                tracing::debug!(number = %number, "Head commit older than preview.maxAge; skipped");
-                skipped.push(number);
+                let why = format!(
+                    "no preview: the head commit is older than preview.maxAge ({})",
+                    humantime::format_duration(max_age.value)
+                );
+                skipped.push((number, h, why));
                 continue;
             }
             candidates.push((number, h));
@@ -227,15 +278,23 @@ impl Previews {
         candidates.sort_by(|a, b| {
             b.1.commit_time
                 .cmp(&a.1.commit_time)
-                .then_with(|| a.0.cmp(&b.0))
+                .then_with(|| natural(&a.0).cmp(&natural(&b.0)))
         });
         let max = self.preview.max_open.value;
         if candidates.len() > max {
-            for (number, _) in candidates.drain(max..) {
-                tracing::info!(number = %number, max_open = max, "More open pull requests than preview.maxOpen; skipped");
-                skipped.push(number);
+            for (number, h) in candidates.drain(max..) {
+                let why = format!(
+                    "no preview: more open pull requests than preview.maxOpen ({max}); the newest come first"
+                );
+                skipped.push((number, h, why));
             }
         }
+        let now_skipped: BTreeSet<String> = skipped.iter().map(|(n, _, _)| n.clone()).collect();
+        for n in now_skipped.difference(&self.skipped) {
+            tracing::info!(number = %n, "Pull request not previewed (preview.maxOpen or preview.maxAge)");
+        }
+        self.skipped = now_skipped;
+        candidates.sort_by_key(|c| natural(&c.0));
         (candidates, skipped)
     }
 
@@ -264,9 +323,9 @@ impl Previews {
         }
     }
 
-    /// Deletes a preview: its deployed objects (its own inventory's, nothing else), its
-    /// inventory and its record.
-    async fn remove(&mut self, number: &str) -> Result<(), String> {
+    /// Deletes a preview's environment: its deployed objects (its own inventory's, nothing
+    /// else) and its inventory.
+    async fn remove_environment(&self, number: &str) -> Result<(), String> {
         let inv_name = preview::inventory_name(self.name(), number);
         let inventory = Inventory::load(self.store.as_ref(), &inv_name)
             .await
@@ -312,46 +371,60 @@ impl Previews {
                 .await
                 .map_err(|e| error_chain(&e))?;
         }
-        preview::delete(self.store.as_ref(), self.name(), number)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        self.records.remove(number);
-        tracing::info!(number, "Preview removed: its ref is gone");
         Ok(())
     }
 
-    /// Plans (when `fresh`) and deploys (with `preview.deploy`) one pull request, then records
-    /// and reports it.
+    async fn remove_record(&mut self, number: &str) -> Result<(), String> {
+        preview::delete(self.store.as_ref(), self.name(), number)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        if self.records.remove(number).is_some() {
+            tracing::info!(number, "Preview removed");
+        }
+        Ok(())
+    }
+
+    /// Plans (when `stale`) and deploys (with `preview.deploy`) one pull request, and records
+    /// it. A head that does not parse leaves the environment of the last good head in force.
     async fn preview_one(
         &mut self,
         number: &str,
         head: &RemoteHead,
-        fresh: bool,
+        stale: bool,
+        base: &Inventory,
     ) -> Result<(), String> {
         let repo = self.cfg.source.repo.value.clone();
-        let base = self.records.get(number).filter(|_| !fresh).cloned();
-        let mut rec = match base {
-            Some(r) => r,
-            None => self.plan(number, head, &repo).await?,
+        let old = self.records.get(number).cloned();
+        let mut rec = match (&old, stale) {
+            (Some(r), false) => r.clone(),
+            _ => self.plan(number, head, &repo, base).await?,
         };
-        if self.preview.deploy && rec.state != State::Error {
-            // The desired set again (parsing is cheap next to a sync, and the record keeps no
-            // objects).
-            let files = self
-                .git
-                .read(&repo, &head.revision, &self.cfg.source.path.value)
-                .await
-                .map_err(|e| error_chain(&e))?;
-            let set = self.parse(files);
-            let desired: BTreeMap<ObjectKey, Object> = set
-                .objects
-                .into_iter()
-                .map(|(k, d)| (k, d.object))
-                .collect();
-            self.deploy(number, head, &desired, &mut rec).await?;
+        if self.preview.deploy {
+            let last_good = old.as_ref().and_then(|r| r.deployed_revision.clone());
+            let source = if rec.state != State::Error {
+                Some((head.revision.clone(), true))
+            } else {
+                last_good.map(|r| (Revision(r), false))
+            };
+            if let Some((revision, current)) = source {
+                let files = self
+                    .git
+                    .read(&repo, &revision, &self.cfg.source.path.value)
+                    .await
+                    .map_err(|e| error_chain(&e))?;
+                let set = self.parse(files);
+                let desired: BTreeMap<ObjectKey, Object> = set
+                    .objects
+                    .into_iter()
+                    .map(|(k, d)| (k, d.object))
+                    .collect();
+                let reconciling = !stale;
+                self.deploy(number, &revision, &desired, &mut rec, current, reconciling)
+                    .await?;
+            }
         }
-        let mut changed = self.records.get(number).is_none_or(|old| {
-            let mut a = old.clone();
+        let changed = old.is_none_or(|old| {
+            let mut a = old;
             a.updated_at = rec.updated_at.clone();
             a != rec
         });
@@ -362,10 +435,6 @@ impl Previews {
                 .map_err(|e| error_chain(&e))?;
             tracing::info!(number, revision = %head.revision.short(), state = ?rec.state, description = %rec.description, "Preview");
             self.records.insert(number.to_string(), rec);
-        }
-        changed |= fresh;
-        if changed || self.reporter.is_some() {
-            self.publish(number).await;
         }
         Ok(())
     }
@@ -382,12 +451,13 @@ impl Previews {
     }
 
     /// Parses the head's tree at the app's path and plans it against the live store as if it
-    /// were the app's source: a dry run, nothing is written.
+    /// were the app's source (with the app's inventory `base`): a dry run, nothing is written.
     async fn plan(
         &self,
         number: &str,
         head: &RemoteHead,
         repo: &str,
+        base: &Inventory,
     ) -> Result<PreviewRecord, String> {
         let mut rec = PreviewRecord {
             app: self.name().to_string(),
@@ -404,6 +474,8 @@ impl Previews {
             namespace: None,
             health: None,
             resources: Vec::new(),
+            planned_against: base.resource_version,
+            deployed_revision: None,
             updated_at: String::new(),
         };
         let files = match self
@@ -434,9 +506,6 @@ impl Previews {
             .into_iter()
             .map(|(k, d)| (k, d.object))
             .collect();
-        let inventory = Inventory::load(self.store.as_ref(), self.name())
-            .await
-            .map_err(|e| error_chain(&e))?;
         let source = format!("preview #{number}");
         let request = sync::Request {
             app: self.name(),
@@ -449,7 +518,7 @@ impl Previews {
                 allow_empty: self.cfg.sync.allow_empty,
             },
             dry_run: true,
-            inventory: Some(&inventory),
+            inventory: Some(base),
             hold: None,
         };
         let outcome = sync::sync(self.store.as_ref(), &request)
@@ -463,14 +532,19 @@ impl Previews {
         Ok(rec)
     }
 
-    /// Applies the pull request's objects into its namespace under its own inventory (never
-    /// touching an object another app or preview owns), and records their health.
+    /// Applies `desired` (read at `revision`) into the pull request's namespace under its own
+    /// inventory (never touching an object another app or preview owns), and records their
+    /// health. With `current`, the record's state and description become the environment's;
+    /// otherwise (the last good head kept in force under a broken one) they stay as they are.
+    /// `reconciling` (an unchanged head) logs what was reverted.
     async fn deploy(
         &self,
         number: &str,
-        head: &RemoteHead,
+        revision: &Revision,
         desired: &BTreeMap<ObjectKey, Object>,
         rec: &mut PreviewRecord,
+        current: bool,
+        reconciling: bool,
     ) -> Result<(), String> {
         let namespace = match preview::namespace_for(&self.preview.namespace.value, number) {
             Ok(ns) => ns,
@@ -480,19 +554,28 @@ impl Previews {
                 return Ok(());
             }
         };
-        let (moved, left_out) = preview::into_namespace(desired, &namespace);
-        if !left_out.is_empty() {
-            tracing::debug!(
-                number,
-                left_out = left_out.len(),
-                "Cluster-scoped objects are not deployed in previews"
-            );
-        }
+        let moved = match preview::into_namespace(desired, &namespace) {
+            Ok((moved, left_out)) => {
+                if !left_out.is_empty() {
+                    tracing::debug!(
+                        number,
+                        left_out = left_out.len(),
+                        "Cluster-scoped objects are not deployed in previews"
+                    );
+                }
+                moved
+            }
+            Err(message) => {
+                rec.state = State::Error;
+                rec.description = message;
+                return Ok(());
+            }
+        };
         let inv_name = preview::inventory_name(self.name(), number);
         let source = format!("preview of {} #{number}", self.name());
         let request = sync::Request {
             app: &inv_name,
-            revision: &head.revision,
+            revision,
             source: &source,
             desired: &moved,
             scope: None,
@@ -509,6 +592,16 @@ impl Previews {
             sync::sync(self.store.as_ref(), &request).await
         }
         .map_err(|e| error_chain(&e))?;
+        let s = outcome.plan.summary();
+        if reconciling && s.create + s.update + s.delete > 0 {
+            tracing::info!(
+                number,
+                created = s.create,
+                updated = s.update,
+                deleted = s.delete,
+                "Preview drift reverted"
+            );
+        }
         let mut resources = Vec::new();
         for key in moved.keys() {
             let live = outcome.live.get(key);
@@ -530,38 +623,42 @@ impl Previews {
             ));
         }
         let h = health::worst(resources.iter().map(|r| r.health));
-        rec.state = match h {
-            Health::Healthy => State::Success,
-            Health::Degraded => State::Failure,
-            _ => State::Pending,
-        };
-        if !outcome.conflicts.is_empty() {
-            rec.state = State::Failure;
+        if current {
+            rec.state = match h {
+                Health::Healthy => State::Success,
+                Health::Degraded => State::Failure,
+                _ => State::Pending,
+            };
+            if !outcome.conflicts.is_empty() {
+                rec.state = State::Failure;
+            }
+            let plan = rec
+                .summary
+                .as_ref()
+                .map_or_else(|| "no plan".to_string(), preview::describe);
+            rec.description = format!("{plan}; {namespace}: {h}");
+            if !outcome.conflicts.is_empty() {
+                rec.description.push_str(&format!(
+                    ", {} owned by another app",
+                    outcome.conflicts.len()
+                ));
+            }
         }
-        let plan = rec
-            .summary
-            .as_ref()
-            .map_or_else(|| "no plan".to_string(), preview::describe);
-        rec.description = format!("{plan}; {namespace}: {h}");
-        if !outcome.conflicts.is_empty() {
-            rec.description.push_str(&format!(
-                ", {} owned by another app",
-                outcome.conflicts.len()
-            ));
-        }
+        rec.deployed_revision = Some(revision.0.clone());
         rec.namespace = Some(namespace);
         rec.health = Some(h);
         rec.resources = resources;
         Ok(())
     }
 
-    /// Posts the record's commit status and comment (each only when it changed).
-    async fn publish(&mut self, number: &str) {
+    /// Posts the record's commit status (unless `status` is false: another pull request with
+    /// the same head posted it) and comment, each only when it changed.
+    fn publish(&mut self, number: &str, status: bool) {
         let Some(rec) = self.records.get(number).cloned() else {
             return;
         };
         let url = self.url_of(number);
-        if let Some(reporter) = &mut self.reporter {
+        if status && let Some(reporter) = &mut self.reporter {
             reporter.post(CommitStatus {
                 sha: rec.revision.clone(),
                 context: format!("driftless/{}/preview", rec.app),
@@ -570,16 +667,46 @@ impl Previews {
                 target_url: url.clone(),
             });
         }
-        if let Some(commenter) = &self.commenter {
-            match number.parse::<u64>() {
-                Ok(n) => {
-                    let body = preview::comment_body(&rec, url.as_deref());
-                    commenter.update(n, &preview::comment_marker(&rec.app), body);
-                }
-                Err(_) => {
-                    tracing::debug!(number, "Not a pull-request number; no comment")
-                }
+        let body = preview::comment_body(&rec, url.as_deref());
+        self.comment(number, body);
+    }
+
+    /// Says on a pull request that was previewed why it is not any more (`maxOpen`, `maxAge`).
+    fn publish_skip(&mut self, number: &str, head: &RemoteHead, why: &str) {
+        let app = self.name().to_string();
+        if let Some(reporter) = &mut self.reporter {
+            reporter.post(CommitStatus {
+                sha: head.revision.0.clone(),
+                context: format!("driftless/{app}/preview"),
+                state: State::Error,
+                description: why.to_string(),
+                target_url: None,
+            });
+        }
+        let body = format!(
+            "{}\n**driftless preview of `{app}`**: {why}.\n",
+            preview::comment_marker(&app)
+        );
+        self.comment(number, body);
+    }
+
+    fn comment(&self, number: &str, body: String) {
+        let Some(commenter) = &self.commenter else {
+            return;
+        };
+        match number.parse::<u64>() {
+            Ok(n) => {
+                commenter.update(n, &preview::comment_marker(self.name()), body);
             }
+            Err(_) => tracing::debug!(number, "Not a pull-request number; no comment"),
         }
     }
+}
+
+/// A pull request left out of the previews: (number, head, why).
+type Skipped = (String, RemoteHead, String);
+
+/// Numbers sort as numbers, then other ids as text.
+fn natural(n: &str) -> (u64, String) {
+    (n.parse().unwrap_or(u64::MAX), n.to_string())
 }
