@@ -29,6 +29,9 @@ pub const KIND: &str = "Preview";
 /// and says so.
 pub const MAX_DIFF_BYTES: usize = 512 * 1024;
 
+/// Longest pull-request number (what the glob's `*` matched), in characters.
+pub const MAX_NUMBER: usize = 63;
+
 /// A glob over full ref names: `*` matches within one path segment (no `/`), `**` across
 /// segments. What the first wildcard matches is the pull request's number.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +115,8 @@ impl RefGlob {
             return None;
         }
         first.filter(|n| {
-            n.starts_with(|c: char| c.is_ascii_alphanumeric())
+            n.len() <= MAX_NUMBER
+                && n.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && n.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         })
@@ -233,11 +237,15 @@ pub struct PlannedChange {
     pub fields: Vec<diff::Change>,
 }
 
-/// The changing steps of a plan, as [`PlannedChange`]s.
+/// Most changes kept in a record; the summary counts them all.
+pub const MAX_CHANGES: usize = 1000;
+
+/// The changing steps of a plan, as [`PlannedChange`]s (at most [`MAX_CHANGES`]).
 pub fn changes_of(plan: &Plan) -> Vec<PlannedChange> {
     plan.steps
         .iter()
         .filter(|s| s.action != Action::Unchanged)
+        .take(MAX_CHANGES)
         .map(|s| PlannedChange {
             group: s.key.group.clone(),
             kind: s.key.kind.clone(),
@@ -347,17 +355,11 @@ impl PreviewRecord {
     }
 }
 
-/// The hidden marker that finds the preview comment of `app` again among a pull request's
-/// comments (an HTML comment: GitHub, Gitea and GitLab render Markdown and hide it).
-pub fn comment_marker(app: &str) -> String {
-    format!("<!-- driftless-preview:{app} -->")
-}
-
-/// The Markdown body of the pull request's preview comment: the marker, the status, a table
-/// of the changes (at most 50 rows) and a link to the full diff.
+/// The Markdown body of the pull request's preview comment (the provider puts its hidden
+/// marker before it): the status, a table of the changes (at most 50 rows) and a link to the
+/// full diff.
 pub fn comment_body(rec: &PreviewRecord, url: Option<&str>) -> String {
-    let mut out = comment_marker(&rec.app);
-    out.push('\n');
+    let mut out = String::new();
     out.push_str(&format!(
         "**driftless preview of `{}`** at {}: {}\n",
         rec.app,
@@ -513,6 +515,8 @@ mod tests {
         assert_eq!(g.number_of("refs/pull//head"), None, "empty");
         assert_eq!(g.number_of("refs/pull/../head"), None, "dots");
         assert_eq!(g.number_of("refs/pull/-1/head"), None);
+        let long = format!("refs/pull/{}/head", "9".repeat(300));
+        assert_eq!(g.number_of(&long), None, "too long");
         assert_eq!(g.number_of("refs/heads/main"), None);
         let gl = RefGlob::new("refs/merge-requests/*/head").unwrap();
         assert_eq!(
@@ -643,7 +647,7 @@ mod tests {
         assert_eq!(v["ref"], "refs/pull/7/head");
         assert_eq!(v["state"], "success");
         let body = comment_body(&rec, Some("https://d.example/apps/web/previews/7"));
-        assert!(body.starts_with(&comment_marker("web")), "{body}");
+        assert!(body.starts_with("**driftless preview of `web`**"), "{body}");
         assert!(body.contains("no changes"), "{body}");
         assert!(
             body.contains("(https://d.example/apps/web/previews/7)"),

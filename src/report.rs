@@ -343,6 +343,12 @@ pub trait ProviderClient: Send + Sync {
     /// See [`PostError`].
     async fn latest(&self, sha: &str, context: &str)
     -> Result<Option<(String, String)>, PostError>;
+    /// The hidden marker of `app`'s preview comment on pull request `number`, by which the
+    /// comment is found again (also after a restart). The default names the app only.
+    fn comment_marker(&self, app: &str, number: u64) -> String {
+        format!("<!-- driftless-preview:{app}:{number} -->")
+    }
+
     /// Makes the pull request `number` carry exactly one comment holding `marker`, with text
     /// `body`: edits comment `known` (or the one found by its marker), or creates it when there
     /// is none. Returns the comment's id.
@@ -881,6 +887,22 @@ impl ProviderClient for HttpProvider {
             .map(|(_, state, description)| (state, description)))
     }
 
+    /// `<!-- driftless-preview:<app>:<16 hex digits> -->`: the digits are an HMAC-SHA256 of
+    /// the repository, app and number keyed with the API token, so nobody without the token
+    /// can write a comment that driftless would take for its own (and then edit). A new token
+    /// makes a new comment.
+    fn comment_marker(&self, app: &str, number: u64) -> String {
+        use hmac::{KeyInit, Mac};
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(self.token.expose_secret().as_bytes())
+            .expect("HMAC takes keys of any length");
+        mac.update(format!("driftless-preview|{}|{app}|{number}", self.target()).as_bytes());
+        let tag: String = mac.finalize().into_bytes()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("<!-- driftless-preview:{app}:{tag} -->")
+    }
+
     async fn upsert_comment(
         &self,
         number: u64,
@@ -959,14 +981,17 @@ impl Commenter {
         }
     }
 
-    /// Asks for pull request `number`'s comment holding `marker` to read `body`. Returns the
-    /// task doing it, or `None` when that body is already there. Never waits on the Git host.
+    /// Asks for pull request `number`'s comment of `app` to read `body` (after the provider's
+    /// hidden marker, [`ProviderClient::comment_marker`]). Returns the task doing it, or `None`
+    /// when that text is already there. Never waits on the Git host.
     pub fn update(
         &self,
         number: u64,
-        marker: &str,
-        body: String,
+        app: &str,
+        body: &str,
     ) -> Option<tokio::task::JoinHandle<()>> {
+        let marker = self.provider.comment_marker(app, number);
+        let body = format!("{marker}\n{body}");
         let slot = self
             .slots
             .lock()
@@ -982,7 +1007,6 @@ impl Commenter {
             st.2 = Some(body);
         }
         let provider = self.provider.clone();
-        let marker = marker.to_string();
         let span = tracing::info_span!("preview_comment", number);
         Some(tokio::spawn(
             async move {
@@ -999,7 +1023,8 @@ impl Commenter {
                     .await
                 {
                     Ok(id) => {
-                        tracing::info!(provider = provider.name(), comment = id, "Preview comment updated");
+                        let verb = if known == Some(id) { "updated" } else { "written" };
+                        tracing::info!(provider = provider.name(), comment = id, "Preview comment {verb}");
                         let mut st = slot.state.lock().unwrap_or_else(|e| e.into_inner());
                         st.0 = Some(id);
                         st.1 = Some(wanted);

@@ -756,6 +756,22 @@ async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Res
         ));
     }
     body.push_str("</table>");
+    if let Ok(previews) = preview::list(s.store.as_ref(), &name).await
+        && !previews.is_empty()
+    {
+        body.push_str("<h2>Pull-request previews</h2><ul>");
+        for p in &previews {
+            body.push_str(&format!(
+                "<li><a href=\"/apps/{}/previews/{}\">{}</a> <code>{}</code>: {}</li>",
+                esc(&name),
+                esc(&p.number),
+                esc(&p.number),
+                esc(&p.revision[..p.revision.len().min(12)]),
+                esc(&p.description)
+            ));
+        }
+        body.push_str("</ul>");
+    }
     page(&app.name, &body).into_response()
 }
 

@@ -472,6 +472,9 @@ pub struct RemoteHead {
     pub commit_time: i64,
 }
 
+/// Longest ref name fetched for previews, in bytes (file systems allow 255 per path segment).
+const MAX_REF_NAME: usize = 200;
+
 /// Where the refs of previews are kept in the cache.
 const PREVIEW_PREFIX: &str = "refs/driftless/preview/";
 
@@ -508,6 +511,20 @@ fn fetch_matching_blocking(
             name.strip_prefix("refs/").unwrap_or(name)
         )
     };
+    // A name Git itself would refuse (`a..b`, `x.lock`, a path too long for the file system)
+    // cannot be fetched: it is left out, and the others still are.
+    let wanted: Vec<(String, Oid)> = wanted
+        .into_iter()
+        .filter(|(name, _)| {
+            let ok = name.len() <= MAX_REF_NAME
+                && git2::Reference::is_valid_name(name)
+                && git2::Reference::is_valid_name(&preview_ref(name));
+            if !ok {
+                tracing::warn!(git_ref = %name.chars().take(120).collect::<String>(), "Ref name Git refuses; ignored");
+            }
+            ok
+        })
+        .collect();
     // Only refs whose commit the cache does not point at already.
     let specs: Vec<String> = wanted
         .iter()

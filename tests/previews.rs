@@ -340,6 +340,18 @@ async fn pull_requests_get_a_status_a_diff_page_and_one_comment_and_the_app_is_u
     assert!(html.contains("+ create ConfigMap default/c"), "{html}");
     assert!(html.contains("~ update ConfigMap default/a"), "{html}");
     assert!(!html.contains("hunter2"));
+    let app_page = client()
+        .get(format!("{addr}/apps/demo"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        app_page.contains("href=\"/apps/demo/previews/7\""),
+        "the app's page links its previews: {app_page}"
+    );
     let as_json: Value = client()
         .get(format!("{addr}/apps/demo/previews/7"))
         .header("accept", "application/json")
@@ -356,10 +368,7 @@ async fn pull_requests_get_a_status_a_diff_page_and_one_comment_and_the_app_is_u
     })
     .await;
     let body = &comments.bodies()[0];
-    assert!(
-        body.starts_with("<!-- driftless-preview:demo -->"),
-        "{body}"
-    );
+    assert!(body.starts_with("<!-- driftless-preview:demo:"), "{body}");
     assert!(
         body.contains("2 to create, 1 to update, 1 to delete"),
         "{body}"
@@ -501,6 +510,47 @@ async fn pull_requests_get_a_status_a_diff_page_and_one_comment_and_the_app_is_u
     assert_eq!(list["previews"].as_array().unwrap().len(), 1);
     assert_eq!(list["previews"][0]["number"], "7");
     assert_eq!(app_objects(&env), before, "the app's objects are untouched");
+
+    // Pull request 9 has the same head as 7: the commit keeps one status, 7's.
+    let posts_on = async |sha: &str| {
+        statuses(&github, "/statuses/")
+            .await
+            .into_iter()
+            .filter(|(s, _)| s == sha)
+            .count()
+    };
+    let on_last = posts_on(&last).await;
+    env.repo
+        .git(&["push", "-q", "origin", &format!("{last}:refs/pull/9/head")]);
+    wait_async("preview 9", 30, async || {
+        let r = client()
+            .get(format!("{addr}/api/v1/apps/demo/previews/9"))
+            .send()
+            .await
+            .unwrap();
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(posts_on(&last).await, on_last, "no status tug of war");
+
+    // Main moves (the app applies a = 5, as the pull request has it): the preview is planned
+    // again against the new live state.
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "5")]));
+    env.repo.commit("main moves");
+    env.repo.git(&["push", "-q", "origin", "main"]);
+    wait_async("preview 7 planned again", 30, async || {
+        let rec: Value = client()
+            .get(format!("{addr}/api/v1/apps/demo/previews/7"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (rec["summary"]["update"] == 0 && rec["summary"]["create"] == 2).then_some(())
+    })
+    .await;
     let (code, log) = agent.stop();
     assert_eq!(code, Some(0));
     assert!(!log.contains("gh-token"));
@@ -546,6 +596,11 @@ async fn preview_environments_are_deployed_reconciled_and_deleted_with_their_ref
         env.get("configmap", "b").is_some()
     });
     let before = app_objects(&env);
+    // Already in the preview's namespace, made by hand: never taken over, never deleted.
+    env.put(
+        &configmap("c", &[("k", "handmade")])
+            .replace("  name: c\n", "  name: c\n  namespace: pr-3\n"),
+    );
     let head = push_pr(
         &env,
         "refs/merge-requests",
@@ -562,8 +617,13 @@ async fn preview_environments_are_deployed_reconciled_and_deleted_with_their_ref
         None,
     );
     env.wait("the preview environment", Duration::from_secs(30), || {
-        get_ns(&env, "configmap", "c", "pr-3").is_some()
+        get_ns(&env, "configmap", "a", "pr-3").is_some()
     });
+    assert_eq!(
+        get_ns(&env, "configmap", "c", "pr-3").unwrap()["data"]["k"],
+        "handmade",
+        "not taken over"
+    );
     assert_eq!(
         get_ns(&env, "configmap", "a", "pr-3").unwrap()["data"]["k"],
         "2"
@@ -583,10 +643,13 @@ async fn preview_environments_are_deployed_reconciled_and_deleted_with_their_ref
             .find(|(sha, b)| *sha == head && b["name"] == "driftless/demo/preview")
     })
     .await;
-    assert_eq!(status["state"], "success");
+    assert_eq!(
+        status["state"], "failed",
+        "one object could not be deployed"
+    );
     assert_eq!(
         status["description"],
-        "2 to create, 1 to update, 0 to delete; pr-3: Healthy"
+        "2 to create, 1 to update, 0 to delete; pr-3: Healthy, 1 already in the store and left alone"
     );
     // Reconciled: a change by hand in the preview namespace is reverted.
     env.put(
@@ -603,17 +666,61 @@ async fn preview_environments_are_deployed_reconciled_and_deleted_with_their_ref
     assert!(notes.bodies()[0].contains("Deployed to namespace `pr-3`"));
     assert!(notes.violations().is_empty(), "{:?}", notes.violations());
     assert_eq!(app_objects(&env), before, "the app's objects are untouched");
+    // A broken head: an error on it, and the last good head's environment stays in force.
+    let broken = push_pr(
+        &env,
+        "refs/merge-requests",
+        3,
+        &head,
+        &[(
+            "app/bad.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  mode: 0755\n"),
+        )],
+        None,
+    );
+    let (_, err) = wait_async("the error on the broken head", 30, async || {
+        statuses(&gitlab, "/statuses/")
+            .await
+            .into_iter()
+            .find(|(sha, _)| *sha == broken)
+    })
+    .await;
+    assert_eq!(err["state"], "failed", "GitLab's word for error");
+    assert!(
+        err["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid manifest app/bad.yaml:6:"),
+        "{err}"
+    );
+    env.put(
+        &configmap("a", &[("k", "by hand again")])
+            .replace("  name: a\n", "  name: a\n  namespace: pr-3\n"),
+    );
+    env.wait("still enforced", Duration::from_secs(30), || {
+        get_ns(&env, "configmap", "a", "pr-3").is_some_and(|a| a["data"]["k"] == "2")
+    });
     // Merged or closed: the ref goes, and so does the environment, and only it.
     close_pr(&env, "refs/merge-requests", 3);
     env.wait(
         "the preview environment deleted",
         Duration::from_secs(30),
         || {
-            ["a", "b", "c"]
+            ["a", "b"]
                 .iter()
                 .all(|n| get_ns(&env, "configmap", n, "pr-3").is_none())
         },
     );
+    assert_eq!(
+        get_ns(&env, "configmap", "c", "pr-3").unwrap()["data"]["k"],
+        "handmade",
+        "never deleted: the preview did not make it"
+    );
+    wait_async("the closing note", 30, async || {
+        notes.bodies()[0].contains("ref is gone").then_some(())
+    })
+    .await;
+    assert_eq!(notes.bodies().len(), 1);
     assert_eq!(app_objects(&env), before, "the app's objects are untouched");
     let (code, log) = agent.stop();
     assert_eq!(code, Some(0));
@@ -704,20 +811,32 @@ async fn previews_are_limited_by_max_open_and_max_age_and_survive_an_outage() {
     assert!(get_ns(&env, "configmap", "p4", "pr-4").is_some());
     assert!(env.log().contains("Cannot list the pull requests"));
     std::fs::rename(&moved, remote.path()).unwrap();
-    // Pull request 4 closes: 2 moves up into the two newest.
+    // A new pull request dated in the future does not evict a preview already shown.
+    push_pr(
+        &env,
+        "refs/pull",
+        5,
+        "main",
+        &[("app/p5.yaml", Some(&cm("p5")))],
+        Some("@4102444800 +0000"),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(numbers().await, ["3", "4"]);
+    // Pull request 4 closes: the highest number waiting, 5, takes its place.
     close_pr(&env, "refs/pull", 4);
-    wait_async("2 and 3", 30, async || {
-        (numbers().await == ["2", "3"]).then_some(())
+    wait_async("3 and 5", 30, async || {
+        (numbers().await == ["3", "5"]).then_some(())
     })
     .await;
     env.wait(
-        "pr-4 deleted, pr-2 deployed",
+        "pr-4 deleted, pr-5 deployed",
         Duration::from_secs(30),
         || {
             get_ns(&env, "configmap", "p4", "pr-4").is_none()
-                && get_ns(&env, "configmap", "p2", "pr-2").is_some()
+                && get_ns(&env, "configmap", "p5", "pr-5").is_some()
         },
     );
+    assert!(get_ns(&env, "configmap", "p2", "pr-2").is_none());
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
 }

@@ -771,28 +771,65 @@ async fn gitlab_keeps_one_merge_request_note() {
 async fn a_burst_of_updates_makes_one_comment_with_the_last_text() {
     let server = MockServer::start().await;
     let comments = Comments::new(Host::Github, "acme/web", 7, "tok-123");
+    // Someone copies what a marker looks like: their comment is never taken for driftless's.
+    comments.comments.lock().unwrap().push((
+        5,
+        "I like this <!-- driftless-preview:web --> <!-- driftless-preview:web:7 -->".to_string(),
+    ));
     Mock::given(path_regex(comments.path_pattern()))
-        .respond_with(comments.clone().clone())
+        .respond_with(comments.clone())
         .mount(&server)
         .await;
-    let commenter = report::Commenter::new(provider(Provider::Github, &server, "", "acme/web"));
-    let marker = "<!-- driftless-preview:web -->";
+    let p = provider(Provider::Github, &server, "", "acme/web");
+    let marker = p.comment_marker("web", 7);
+    assert!(
+        marker.starts_with("<!-- driftless-preview:web:") && marker.ends_with(" -->"),
+        "{marker}"
+    );
+    assert_ne!(
+        marker,
+        p.comment_marker("web", 8),
+        "one marker per pull request"
+    );
+    let again = provider(Provider::Github, &server, "", "acme/web");
+    assert_eq!(
+        marker,
+        again.comment_marker("web", 7),
+        "stable for one token"
+    );
+    let other_token = HttpProvider::new(
+        Provider::Github,
+        Some(&server.uri()),
+        "acme/web",
+        SecretString::from("another"),
+        None,
+    )
+    .unwrap();
+    assert_ne!(
+        marker,
+        other_token.comment_marker("web", 7),
+        "nobody without the token can make it"
+    );
+    let commenter = report::Commenter::new(p);
     let mut tasks = Vec::new();
     for i in 0..20 {
-        tasks.extend(commenter.update(7, marker, format!("{marker}\npush {i}")));
+        tasks.extend(commenter.update(7, "web", &format!("push {i}")));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(comments.bodies(), vec![format!("{marker}\npush 19")]);
+    assert_eq!(
+        comments.bodies(),
+        vec![
+            "I like this <!-- driftless-preview:web --> <!-- driftless-preview:web:7 -->"
+                .to_string(),
+            format!("{marker}\npush 19")
+        ]
+    );
     let posts = comments.calls().iter().filter(|c| *c == "POST").count();
     assert_eq!(posts, 1, "{:?}", comments.calls());
     // The same text again asks nothing of the host.
-    assert!(
-        commenter
-            .update(7, marker, format!("{marker}\npush 19"))
-            .is_none()
-    );
+    assert!(commenter.update(7, "web", "push 19").is_none());
     assert!(
         comments.violations().is_empty(),
         "{:?}",

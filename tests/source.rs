@@ -266,12 +266,25 @@ async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
     repo.git(&["update-ref", "refs/pull/3/head", &tag]);
     let blob = repo.git(&["rev-parse", &format!("{pr}:app/b.yaml")]);
     repo.git(&["update-ref", "refs/pull/4/head", &blob]);
+    // Names Git refuses, written behind its back: left out, the others still fetched.
+    let packed = repo.path().join(".git/packed-refs");
+    let mut text = std::fs::read_to_string(&packed)
+        .unwrap_or_else(|_| "# pack-refs with: peeled fully-peeled sorted \n".into());
+    for bad in ["refs/pull/1..2/head", "refs/pull/x.lock/head"] {
+        text.push_str(&format!("{pr} {bad}\n"));
+    }
+    text.push_str(&format!("{pr} refs/pull/{}/head\n", "9".repeat(300)));
+    std::fs::write(&packed, text).unwrap();
+    // Served by `git daemon` (libgit2's local transport refuses to list such a repository at
+    // all; a Git server lists them).
+    let daemon = common::GitDaemon::start(repo.path().parent().unwrap());
+    let url = daemon.url(repo.path().file_name().unwrap().to_str().unwrap());
     let (_d, cache) = cache();
     let matches: Arc<dyn Fn(&str) -> bool + Send + Sync> =
         Arc::new(|n: &str| n.starts_with("refs/pull/") && n.ends_with("/head"));
     let timeout = std::time::Duration::from_secs(30);
     let heads = cache
-        .fetch_matching(&repo.url(), matches.clone(), timeout)
+        .fetch_matching(&url, matches.clone(), timeout)
         .await
         .unwrap();
     let got: Vec<(&str, &str)> = heads
@@ -289,14 +302,14 @@ async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
     assert!(heads.iter().all(|h| h.commit_time > 1_600_000_000));
     // Readable from the cache like any fetched revision.
     let files = cache
-        .read(&repo.url(), &Revision(pr.clone()), "app")
+        .read(&url, &Revision(pr.clone()), "app")
         .await
         .unwrap();
     assert_eq!(files.files.len(), 2);
     // Closed: gone from the next listing and from the cache's refs.
     repo.git(&["update-ref", "-d", "refs/pull/1/head"]);
     let heads = cache
-        .fetch_matching(&repo.url(), matches.clone(), timeout)
+        .fetch_matching(&url, matches.clone(), timeout)
         .await
         .unwrap();
     assert_eq!(heads.len(), 2);
@@ -306,29 +319,22 @@ async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
             "--format=%(refname)",
             "refs/driftless/preview/",
         ])
-        .current_dir(cache.repo_path(&repo.url()))
+        .current_dir(cache.repo_path(&url))
         .output()
         .unwrap();
     let cached = String::from_utf8_lossy(&cached.stdout).to_string();
     assert!(!cached.contains("pull/1/head"), "{cached}");
     assert!(cached.contains("pull/2/head"), "{cached}");
-    // The repository gone: an error, and the cache keeps what it had.
-    let moved = repo.path().with_extension("moved");
-    std::fs::rename(repo.path(), &moved).unwrap();
-    assert!(
-        cache
-            .fetch_matching(&repo.url(), matches, timeout)
-            .await
-            .is_err()
-    );
-    std::fs::rename(&moved, repo.path()).unwrap();
+    // The server gone: an error, and the cache keeps what it had.
+    drop(daemon);
+    assert!(cache.fetch_matching(&url, matches, timeout).await.is_err());
     let cached_after = std::process::Command::new("git")
         .args([
             "for-each-ref",
             "--format=%(refname)",
             "refs/driftless/preview/",
         ])
-        .current_dir(cache.repo_path(&repo.url()))
+        .current_dir(cache.repo_path(&url))
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&cached_after.stdout), cached);

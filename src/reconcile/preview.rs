@@ -7,7 +7,7 @@
 //! a drift revert. Nothing is torn down on incomplete data: a pass whose listing of the remote
 //! failed forgets no preview.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +57,8 @@ pub struct Previews {
     records: BTreeMap<String, PreviewRecord>,
     /// The pull requests left out by the last pass (to log each only when it starts).
     skipped: BTreeSet<String>,
+    /// The deployed desired set of each pull request, by the revision it was read at.
+    desired: HashMap<String, (Revision, Arc<BTreeMap<ObjectKey, Object>>)>,
 }
 
 impl Previews {
@@ -104,6 +106,7 @@ impl Previews {
             health_rules: health::CustomRules::none(),
             records,
             skipped: BTreeSet::new(),
+            desired: HashMap::new(),
         })
     }
 
@@ -195,13 +198,22 @@ impl Previews {
             let reason = skipped.iter().find(|(n, _, _)| n == number);
             let result = match self.remove_environment(number).await {
                 Ok(()) => {
-                    if let Some((_, head, why)) = reason
-                        && self.records.contains_key(number)
-                    {
+                    match reason {
                         // Its ref is still there: say on the pull request why it has no
                         // preview any more, rather than leave a status that never changes.
-                        self.publish_skip(number, head, why);
+                        Some((_, head, why)) if self.records.contains_key(number) => {
+                            self.publish_skip(number, head, why);
+                        }
+                        None if self.records.contains_key(number) => {
+                            let body = format!(
+                                "**driftless preview of `{}`**: the pull request's ref is gone (merged or closed); its preview is removed.\n",
+                                self.name()
+                            );
+                            self.comment(number, body);
+                        }
+                        _ => {}
                     }
+                    self.desired.remove(number);
                     self.remove_record(number).await
                 }
                 Err(e) => Err(e),
@@ -251,8 +263,9 @@ impl Previews {
         report
     }
 
-    /// The pull requests to preview (number → head) in number order: at most `maxOpen`, the
-    /// newest head commits first, none older than `maxAge`; and those left out, with why.
+    /// The pull requests to preview (number → head) in number order: at most `maxOpen` (those
+    /// already previewed first, then the highest numbers), none whose head commit is older than
+    /// `maxAge`; and those left out, with why.
     fn select(&mut self, heads: Vec<RemoteHead>) -> (Vec<(String, RemoteHead)>, Vec<Skipped>) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -275,17 +288,20 @@ impl Previews {
             }
             candidates.push((number, h));
         }
+        // Previews already shown keep their place (a burst of new pull requests, whatever
+        // their commit dates say, never evicts them); then the highest numbers, the newest
+        // pull requests. Not commit dates: their authors set them.
         candidates.sort_by(|a, b| {
-            b.1.commit_time
-                .cmp(&a.1.commit_time)
-                .then_with(|| natural(&a.0).cmp(&natural(&b.0)))
+            let unseen = |n: &String| !self.records.contains_key(n);
+            unseen(&a.0)
+                .cmp(&unseen(&b.0))
+                .then_with(|| natural(&b.0).cmp(&natural(&a.0)))
         });
         let max = self.preview.max_open.value;
         if candidates.len() > max {
             for (number, h) in candidates.drain(max..) {
-                let why = format!(
-                    "no preview: more open pull requests than preview.maxOpen ({max}); the newest come first"
-                );
+                let why =
+                    format!("no preview: more open pull requests than preview.maxOpen ({max})");
                 skipped.push((number, h, why));
             }
         }
@@ -407,17 +423,27 @@ impl Previews {
                 last_good.map(|r| (Revision(r), false))
             };
             if let Some((revision, current)) = source {
-                let files = self
-                    .git
-                    .read(&repo, &revision, &self.cfg.source.path.value)
-                    .await
-                    .map_err(|e| error_chain(&e))?;
-                let set = self.parse(files);
-                let desired: BTreeMap<ObjectKey, Object> = set
-                    .objects
-                    .into_iter()
-                    .map(|(k, d)| (k, d.object))
-                    .collect();
+                // Read and parsed once per head, not at every pass.
+                let desired = match self.desired.get(number) {
+                    Some((r, d)) if *r == revision => d.clone(),
+                    _ => {
+                        let files = self
+                            .git
+                            .read(&repo, &revision, &self.cfg.source.path.value)
+                            .await
+                            .map_err(|e| error_chain(&e))?;
+                        let set = self.parse(files);
+                        let d: Arc<BTreeMap<ObjectKey, Object>> = Arc::new(
+                            set.objects
+                                .into_iter()
+                                .map(|(k, d)| (k, d.object))
+                                .collect(),
+                        );
+                        self.desired
+                            .insert(number.to_string(), (revision.clone(), d.clone()));
+                        d
+                    }
+                };
                 let reconciling = !stale;
                 self.deploy(number, &revision, &desired, &mut rec, current, reconciling)
                     .await?;
@@ -554,7 +580,14 @@ impl Previews {
                 return Ok(());
             }
         };
-        let moved = match preview::into_namespace(desired, &namespace) {
+        if namespace == self.cfg.target.namespace.value {
+            rec.state = State::Error;
+            rec.description = format!(
+                "preview namespace `{namespace}` is the app's own target namespace (preview.namespace)"
+            );
+            return Ok(());
+        }
+        let mut moved = match preview::into_namespace(desired, &namespace) {
             Ok((moved, left_out)) => {
                 if !left_out.is_empty() {
                     tracing::debug!(
@@ -572,6 +605,31 @@ impl Previews {
             }
         };
         let inv_name = preview::inventory_name(self.name(), number);
+        let inventory = Inventory::load(self.store.as_ref(), &inv_name)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        // A preview never takes over an object it did not create: one already in the store
+        // (made by hand, by another app, by anything) is left alone, and said so.
+        let keys: Vec<ObjectKey> = moved
+            .keys()
+            .filter(|k| !inventory.entries.contains_key(*k))
+            .cloned()
+            .collect();
+        let existing = if keys.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.store
+                .get_many(&keys)
+                .await
+                .map_err(|e| error_chain(&e))?
+                .objects
+        };
+        let mut foreign = BTreeMap::new();
+        for key in existing.keys() {
+            if let Some(obj) = moved.remove(key) {
+                foreign.insert(key.clone(), obj);
+            }
+        }
         let source = format!("preview of {} #{number}", self.name());
         let request = sync::Request {
             app: &inv_name,
@@ -584,7 +642,7 @@ impl Previews {
                 allow_empty: true,
             },
             dry_run: false,
-            inventory: None,
+            inventory: Some(&inventory),
             hold: None,
         };
         let outcome = {
@@ -622,6 +680,17 @@ impl Previews {
                 message,
             ));
         }
+        for (key, obj) in &foreign {
+            resources.push(resource(
+                key,
+                obj.version().to_string(),
+                SyncStatus::OutOfSync,
+                health::assess(existing.get(key), &self.health_rules),
+                Some("already in the store and not created by this preview: left alone".into()),
+            ));
+        }
+        resources.sort_by_key(|r| r.key());
+        let conflicts = outcome.conflicts.len() + foreign.len();
         let h = health::worst(resources.iter().map(|r| r.health));
         if current {
             rec.state = match h {
@@ -629,7 +698,7 @@ impl Previews {
                 Health::Degraded => State::Failure,
                 _ => State::Pending,
             };
-            if !outcome.conflicts.is_empty() {
+            if conflicts > 0 {
                 rec.state = State::Failure;
             }
             let plan = rec
@@ -637,10 +706,9 @@ impl Previews {
                 .as_ref()
                 .map_or_else(|| "no plan".to_string(), preview::describe);
             rec.description = format!("{plan}; {namespace}: {h}");
-            if !outcome.conflicts.is_empty() {
+            if conflicts > 0 {
                 rec.description.push_str(&format!(
-                    ", {} owned by another app",
-                    outcome.conflicts.len()
+                    ", {conflicts} already in the store and left alone"
                 ));
             }
         }
@@ -683,10 +751,7 @@ impl Previews {
                 target_url: None,
             });
         }
-        let body = format!(
-            "{}\n**driftless preview of `{app}`**: {why}.\n",
-            preview::comment_marker(&app)
-        );
+        let body = format!("**driftless preview of `{app}`**: {why}.\n");
         self.comment(number, body);
     }
 
@@ -696,7 +761,7 @@ impl Previews {
         };
         match number.parse::<u64>() {
             Ok(n) => {
-                commenter.update(n, &preview::comment_marker(self.name()), body);
+                commenter.update(n, self.name(), &body);
             }
             Err(_) => tracing::debug!(number, "Not a pull-request number; no comment"),
         }

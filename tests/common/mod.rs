@@ -467,3 +467,53 @@ impl Env {
         found.unwrap()
     }
 }
+
+/// `git daemon` serving every repository under `base` on a free loopback port (`git://`).
+pub struct GitDaemon {
+    child: Child,
+    pub port: u16,
+}
+
+impl GitDaemon {
+    pub fn start(base: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // `git-daemon` itself: `git daemon` would run it as a child that outlives a kill.
+        let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
+        let exec_path = String::from_utf8_lossy(&exec_path.stdout)
+            .trim()
+            .to_string();
+        let child = Command::new(Path::new(&exec_path).join("git-daemon"))
+            .args([
+                "--export-all",
+                "--reuseaddr",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--base-path={}", base.display()),
+            ])
+            .arg(base)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("git daemon starts");
+        wait_for("git daemon", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        GitDaemon { child, port }
+    }
+
+    /// The `git://` URL of the repository at `base/<name>`.
+    pub fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
