@@ -21,7 +21,7 @@ use crate::object::{self, Object, ObjectKey};
 use crate::reconcile::{Agent, App, Previews, Trigger};
 use crate::report;
 use crate::server::{self, AppRoute, ServerState, WebhookSecrets};
-use crate::source::GitCache;
+use crate::source::{self, GitCache};
 use crate::status::{self, SyncStatus};
 use crate::store::{Precondition, Selector, Store, Write, sqlite::SqliteStore};
 use secrecy::SecretString;
@@ -352,7 +352,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
 async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let store = open_store(&cfg)?;
     let _lock = lock_agent(&cfg)?;
-    let git = GitCache::new(&cfg.config.cache_dir);
+    let git = git_cache(&cfg)?;
     if cfg.config.apps.is_empty() {
         tracing::warn!(config = %cfg.path.display(), "No apps configured");
     }
@@ -489,6 +489,51 @@ fn health_rules(cfg: &Loaded) -> anyhow::Result<health::CustomRules> {
         );
     }
     Ok(health::CustomRules::new(rules))
+}
+
+/// The repository cache, with each app's `source.auth` read (an error names the missing
+/// secret's config key).
+fn git_cache(cfg: &Loaded) -> anyhow::Result<GitCache> {
+    let git = GitCache::new(&cfg.config.cache_dir);
+    for (i, app) in cfg.config.apps.iter().enumerate() {
+        let Some(a) = &app.source.auth else {
+            continue;
+        };
+        let read = |s: &Option<serde_saphyr::Spanned<config::SecretRef>>,
+                    key: &str|
+         -> anyhow::Result<Option<SecretString>> {
+            Ok(match s {
+                Some(s) => Some(config::read_secret(
+                    &cfg.path,
+                    s,
+                    &format!("apps[{i}].source.auth.{key}"),
+                )?),
+                None => None,
+            })
+        };
+        let secret = match read(&a.token, "token")? {
+            Some(t) => Some(t),
+            None => read(&a.password, "password")?,
+        };
+        let known_hosts = read(&a.known_hosts, "knownHosts")?.map(|k| {
+            use secrecy::ExposeSecret as _;
+            k.expose_secret().to_string()
+        });
+        if a.insecure_skip_host_key_check {
+            tracing::warn!(app = %app.name.value, "insecureSkipHostKeyCheck: SSH host keys of this app's repository are NOT checked");
+        }
+        git.set_auth(
+            &app.source.repo.value,
+            source::Auth {
+                username: a.username.clone(),
+                secret,
+                ssh_key: read(&a.ssh_key, "sshKey")?,
+                known_hosts,
+                insecure_skip_host_key_check: a.insecure_skip_host_key_check,
+            },
+        );
+    }
+    Ok(git)
 }
 
 /// The commit-status provider of an app's `status` section (the config's `index`-th app).
@@ -649,7 +694,7 @@ fn selected_apps(cfg: &Loaded, app: Option<&str>) -> anyhow::Result<Vec<config::
 
 async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result<u8> {
     let store = open_store(&cfg)?;
-    let git = GitCache::new(&cfg.config.cache_dir);
+    let git = git_cache(&cfg)?;
     let queue = report::Queue::default();
     let claim = Arc::new(tokio::sync::Mutex::new(()));
     let apps = load_apps(
@@ -736,7 +781,7 @@ async fn diff_cmd(
     revision: Option<String>,
 ) -> anyhow::Result<u8> {
     let store = open_store(&cfg)?;
-    let git = GitCache::new(&cfg.config.cache_dir);
+    let git = git_cache(&cfg)?;
     let mut changes = false;
     for app in selected_apps(&cfg, app.as_deref())? {
         let name = app.name.value.clone();

@@ -326,6 +326,36 @@ pub struct SourceConfig {
     /// retried with backoff; the revision in force stays enforced.
     #[serde(default = "default_fetch_timeout", deserialize_with = "duration")]
     pub timeout: Spanned<Duration>,
+    /// Credentials and SSH host keys (none: anonymous).
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+}
+
+/// `apps[].source.auth:`: how to reach a private repository, as Flux's `GitRepository`
+/// `secretRef` (`username`/`password`, `identity`/`known_hosts`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuthConfig {
+    /// HTTP Basic username. Default `git` (GitHub, GitLab and Gitea take any username with a
+    /// token); for SSH, the user when the URL names none.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// An access token, sent over https as the HTTP Basic password.
+    #[serde(default)]
+    pub token: Option<Spanned<SecretRef>>,
+    /// A password, with `username`.
+    #[serde(default)]
+    pub password: Option<Spanned<SecretRef>>,
+    /// An SSH private key (OpenSSH or PEM format, without a passphrase).
+    #[serde(default)]
+    pub ssh_key: Option<Spanned<SecretRef>>,
+    /// The SSH server's host keys, in known_hosts format (`ssh-keyscan HOST`). Required for
+    /// SSH URLs unless `insecureSkipHostKeyCheck`.
+    #[serde(default)]
+    pub known_hosts: Option<Spanned<SecretRef>>,
+    /// Accept any SSH host key (logged as a warning at every connection). Default false.
+    #[serde(default)]
+    pub insecure_skip_host_key_check: bool,
 }
 
 fn default_fetch_timeout() -> Spanned<Duration> {
@@ -631,6 +661,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
         if let Some(st) = &mut app.status {
             resolve_secret(&mut st.token);
         }
+        if let Some(a) = &mut app.source.auth {
+            for s in [
+                &mut a.token,
+                &mut a.password,
+                &mut a.ssh_key,
+                &mut a.known_hosts,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                resolve_secret(s);
+            }
+        }
         let repo = &mut app.source.repo.value;
         if !is_url(repo) {
             let p = resolve(Path::new(repo.as_str()));
@@ -719,6 +762,7 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
         }
+        validate_auth(&app.source, i, &invalid)?;
         if let Some(p) = &app.preview {
             validate_preview(p, app.status.is_some(), i, &invalid)?;
         }
@@ -765,6 +809,53 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// True for `ssh://` URLs and scp-like `user@host:path`.
+pub fn is_ssh_url(url: &str) -> bool {
+    url.starts_with("ssh://") || (!url.contains("://") && url.contains('@') && url.contains(':'))
+}
+
+fn validate_auth(source: &SourceConfig, i: usize, invalid: Invalid<'_>) -> Result<(), Error> {
+    let field = |f: &str| format!("apps[{i}].source.auth.{f}");
+    let repo = &source.repo;
+    let auth = source.auth.clone().unwrap_or_default();
+    if is_ssh_url(&repo.value) && auth.known_hosts.is_none() && !auth.insecure_skip_host_key_check {
+        return Err(invalid(
+            &repo.referenced,
+            format!("apps[{i}].source.repo"),
+            "SSH host keys are checked: give `auth.knownHosts: {file: PATH}` (the output of `ssh-keyscan HOST`), or set `auth.insecureSkipHostKeyCheck: true`".into(),
+        ));
+    }
+    if let (Some(t), Some(_)) = (&auth.token, &auth.password) {
+        return Err(invalid(
+            &t.referenced,
+            field("token"),
+            "give a token or a password, not both".into(),
+        ));
+    }
+    if let Some(p) = &auth.password
+        && auth.username.is_none()
+    {
+        return Err(invalid(
+            &p.referenced,
+            field("password"),
+            "a password needs `username`".into(),
+        ));
+    }
+    if let Some(k) = &auth.ssh_key
+        && !is_ssh_url(&repo.value)
+    {
+        return Err(invalid(
+            &k.referenced,
+            field("sshKey"),
+            format!(
+                "`{}` is not an SSH URL (ssh://user@host/path or user@host:path)",
+                crate::source::redact_url(&repo.value)
+            ),
+        ));
     }
     Ok(())
 }
@@ -1113,6 +1204,51 @@ mod tests {
         assert!(e.contains("apps[0].preview.comment"), "{e}");
         let e = err("  preview:\n    refs: \"refs/pull/*/head\"\n    maxAge: soon\n");
         assert!(e.contains(":6:13: invalid duration `soon`"), "{e}");
+    }
+
+    #[test]
+    fn source_auth_is_validated_with_its_line() {
+        let ok = parse_str("apps:\n- name: a\n  source:\n    repo: ssh://git@github.com/acme/web.git\n    auth: {sshKey: {file: id}, knownHosts: {file: kh}}\n").unwrap();
+        let auth = ok.config.apps[0].source.auth.as_ref().unwrap();
+        assert_eq!(
+            auth.ssh_key.as_ref().unwrap().value.file.as_deref(),
+            Some(Path::new("/etc/driftless/id")),
+            "relative to the config file"
+        );
+        let err = |yaml: &str| parse_str(yaml).unwrap_err().to_string();
+        let e = err("apps:\n- name: a\n  source:\n    repo: git@github.com:acme/web.git\n");
+        assert!(
+            e.starts_with(
+                "/etc/driftless/driftless.yaml:4:11: apps[0].source.repo: SSH host keys are checked"
+            ),
+            "{e}"
+        );
+        let e = err(
+            "apps:\n- name: a\n  source:\n    repo: https://h/r.git\n    auth:\n      token: {env: T}\n      password: {env: P}\n      username: u\n",
+        );
+        assert!(
+            e.contains(":6:14: apps[0].source.auth.token: give a token or a password"),
+            "{e}"
+        );
+        let e = err(
+            "apps:\n- name: a\n  source:\n    repo: https://h/r.git\n    auth:\n      password: {env: P}\n",
+        );
+        assert!(
+            e.contains("apps[0].source.auth.password: a password needs `username`"),
+            "{e}"
+        );
+        let e = err(
+            "apps:\n- name: a\n  source:\n    repo: https://user:tok@h/r.git\n    auth: {sshKey: {file: id}}\n",
+        );
+        assert!(
+            e.contains("apps[0].source.auth.sshKey: `https://***@h/r.git` is not an SSH URL"),
+            "{e}"
+        );
+        let e = err(
+            "apps:\n- name: a\n  source:\n    repo: https://h/r.git\n    auth: {tokn: {env: T}}\n",
+        );
+        assert!(e.contains("unknown field `tokn`"), "{e}");
+        parse_str("apps:\n- name: a\n  source:\n    repo: ssh://git@h/r.git\n    auth: {insecureSkipHostKeyCheck: true}\n").unwrap();
     }
 
     #[test]

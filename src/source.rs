@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use git2::{AutotagOption, Direction, FetchOptions, ObjectType, Oid, Repository};
+use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{self, Diagnostic};
@@ -82,6 +83,35 @@ pub enum Error {
         /// The timeout, in seconds.
         seconds: u64,
     },
+    /// The server refused the credentials of `source.auth`, or asked for some and none were
+    /// given.
+    #[error("authentication to {url} failed: {message}")]
+    AuthenticationFailed {
+        /// The repository URL, credentials removed.
+        url: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The SSH server's host key is not in `knownHosts` (`changed: false`), or `knownHosts` has
+    /// another key for that host (`changed: true`).
+    #[error("host key of {host} {}: the server offers {fingerprint}", if *changed { "changed (knownHosts has another key for it)" } else { "is not in knownHosts" })]
+    HostKeyMismatch {
+        /// The host.
+        host: String,
+        /// The offered key's fingerprint, `SHA256:<base64>` as `ssh-keygen -l` prints it.
+        fingerprint: String,
+        /// True when known_hosts has a different key for the host.
+        changed: bool,
+    },
+    /// The server could not be reached (connection refused, no route, DNS, reset).
+    #[error("cannot reach {url}")]
+    Unreachable {
+        /// The repository URL, credentials removed.
+        url: String,
+        /// libgit2's error.
+        #[source]
+        source: git2::Error,
+    },
     /// The blocking task running git2 panicked or was cancelled.
     #[error("git task failed")]
     TaskFailed(#[source] tokio::task::JoinError),
@@ -100,6 +130,11 @@ pub struct Fetched {
     /// Objects received by this fetch (0 when the cache already had everything): how
     /// incremental it was.
     pub received_objects: usize,
+    /// The commit the ref pointed at in the cache before this fetch, when it moved.
+    pub previous: Option<Revision>,
+    /// True when the ref moved to a commit that does not descend from `previous` (a force
+    /// push rewrote history). False when it does, or when a shallow cache cannot tell.
+    pub rewritten: bool,
 }
 
 /// The manifest files of an app's path at one revision, and what was found on the way.
@@ -111,6 +146,225 @@ pub struct Files {
     pub diagnostics: Vec<Diagnostic>,
     /// The id of the tree at the app's path: equal ids mean equal contents.
     pub tree_id: String,
+}
+
+/// How to authenticate to one repository and check its SSH host key (`source.auth`). Secrets
+/// stay in `secrecy` types; `Debug` shows none of them.
+#[derive(Clone, Default)]
+pub struct Auth {
+    /// HTTP Basic username (default `git`), or the SSH user when the URL names none.
+    pub username: Option<String>,
+    /// A token or password, sent as the HTTP Basic password.
+    pub secret: Option<SecretString>,
+    /// An SSH private key (OpenSSH or PEM text).
+    pub ssh_key: Option<SecretString>,
+    /// known_hosts text (`host[,host...] keytype base64` lines; `[host]:port` patterns match
+    /// the host on any port; hashed `|1|` entries are not read).
+    pub known_hosts: Option<String>,
+    /// Accept any SSH host key. Logged as a warning at every connection.
+    pub insecure_skip_host_key_check: bool,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("username", &self.username)
+            .field("secret", &self.secret.as_ref().map(|_| "[redacted]"))
+            .field("ssh_key", &self.ssh_key.as_ref().map(|_| "[redacted]"))
+            .field(
+                "known_hosts",
+                &self.known_hosts.as_ref().map(|k| k.lines().count()),
+            )
+            .field(
+                "insecure_skip_host_key_check",
+                &self.insecure_skip_host_key_check,
+            )
+            .finish()
+    }
+}
+
+/// `url` fit to show: the user information of an `http(s)://` URL (which may hold a token)
+/// becomes `***`; an SSH user name (`git@`) stays.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let shown = if scheme.starts_with("http") || userinfo.contains(':') {
+                "***"
+            } else {
+                userinfo
+            };
+            format!("{scheme}://{shown}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// OpenSSH's fingerprint of a public key blob: `SHA256:` and the unpadded base64 of its
+/// SHA-256.
+pub fn fingerprint(blob: &[u8]) -> String {
+    use base64::Engine as _;
+    format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(Sha256::digest(blob))
+    )
+}
+
+/// The verdict of known_hosts text on `host` offering key `blob`: `Ok` when listed, else the
+/// [`Error::HostKeyMismatch`] to report.
+pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()> {
+    use base64::Engine as _;
+    let mut listed = false;
+    for line in known_hosts.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('@') {
+            continue;
+        }
+        let mut fields = line.split_whitespace();
+        let (Some(hosts), Some(_kind), Some(key)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let matches = hosts
+            .split(',')
+            .any(|p| p == host || p.starts_with(&format!("[{host}]:")));
+        if !matches {
+            continue;
+        }
+        listed = true;
+        if base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|k| k == blob)
+        {
+            return Ok(());
+        }
+    }
+    Err(Error::HostKeyMismatch {
+        host: host.to_string(),
+        fingerprint: fingerprint(blob),
+        changed: listed,
+    })
+}
+
+/// One connection's callbacks and what they saw, to tell why a transfer failed.
+struct Session<'s> {
+    auth: Option<&'s Auth>,
+    cancel: &'s std::sync::atomic::AtomicBool,
+    /// A host key refused by the check.
+    rejected: std::cell::RefCell<Option<Error>>,
+}
+
+impl<'s> Session<'s> {
+    fn new(auth: Option<&'s Auth>, cancel: &'s std::sync::atomic::AtomicBool) -> Self {
+        Self {
+            auth,
+            cancel,
+            rejected: std::cell::RefCell::new(None),
+        }
+    }
+
+    fn callbacks(&self) -> git2::RemoteCallbacks<'_> {
+        use git2::{CertificateCheckStatus, Cred, CredentialType};
+        let mut cb = git2::RemoteCallbacks::new();
+        // Returning false aborts the transfer: how a timed-out fetch stops.
+        cb.transfer_progress(|_| !self.cancel.load(std::sync::atomic::Ordering::Relaxed));
+        cb.sideband_progress(|_| !self.cancel.load(std::sync::atomic::Ordering::Relaxed));
+        // Per connection: libgit2 asks again after a refusal, and once is enough to know.
+        let mut given = 0u32;
+        cb.credentials(move |_url, user_from_url, allowed| {
+            let Some(auth) = self.auth else {
+                return Err(git2::Error::from_str(
+                    "the server asks for credentials and the app has no source.auth",
+                ));
+            };
+            let user = user_from_url.or(auth.username.as_deref()).unwrap_or("git");
+            if allowed.contains(CredentialType::USERNAME) {
+                return Cred::username(user);
+            }
+            if given >= 1 {
+                return Err(git2::Error::from_str("the credentials were refused"));
+            }
+            given += 1;
+            if allowed.contains(CredentialType::SSH_KEY)
+                && let Some(key) = &auth.ssh_key
+            {
+                return Cred::ssh_key_from_memory(user, None, key.expose_secret(), None);
+            }
+            if allowed.contains(CredentialType::USER_PASS_PLAINTEXT)
+                && let Some(secret) = &auth.secret
+            {
+                let user = auth.username.as_deref().unwrap_or("git");
+                return Cred::userpass_plaintext(user, secret.expose_secret());
+            }
+            Err(git2::Error::from_str(
+                "source.auth has no credential of the kind the server asks for",
+            ))
+        });
+        cb.certificate_check(move |cert, host| {
+            // TLS certificates: libgit2's own verification against the system's roots.
+            let Some(hostkey) = cert.as_hostkey() else {
+                return Ok(CertificateCheckStatus::CertificatePassthrough);
+            };
+            let Some(blob) = hostkey.hostkey() else {
+                return Err(git2::Error::from_str("the SSH server offered no host key"));
+            };
+            let auth = self.auth.cloned().unwrap_or_default();
+            if auth.insecure_skip_host_key_check {
+                tracing::warn!(host, fingerprint = %fingerprint(blob), "SSH host key NOT CHECKED (insecureSkipHostKeyCheck: true): anyone between here and the server can pose as it");
+                return Ok(CertificateCheckStatus::CertificateOk);
+            }
+            match check_known_host(auth.known_hosts.as_deref().unwrap_or(""), host, blob) {
+                Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
+                Err(e) => {
+                    *self.rejected.borrow_mut() = Some(e);
+                    Err(git2::Error::from_str("host key rejected"))
+                }
+            }
+        });
+        cb
+    }
+
+    /// Why `e` happened, as precisely as the callbacks allow.
+    fn classify(&self, url: &str, e: git2::Error) -> Error {
+        if let Some(rejected) = self.rejected.borrow_mut().take() {
+            return rejected;
+        }
+        let message = e.message().to_string();
+        let lower = message.to_ascii_lowercase();
+        if e.code() == git2::ErrorCode::Auth
+            || lower.contains("authentication")
+            || lower.contains("credentials")
+            || lower.contains("401")
+            || lower.contains("403")
+        {
+            return Error::AuthenticationFailed {
+                url: redact_url(url),
+                message,
+            };
+        }
+        if matches!(e.class(), git2::ErrorClass::Net | git2::ErrorClass::Os)
+            || lower.contains("failed to connect")
+            || lower.contains("connection refused")
+            || lower.contains("could not resolve")
+            || lower.contains("unexpected eof")
+            || lower.contains("early eof")
+        {
+            return Error::Unreachable {
+                url: redact_url(url),
+                source: e,
+            };
+        }
+        Error::FetchFailed {
+            url: redact_url(url),
+            source: e,
+        }
+    }
 }
 
 /// How long libgit2 waits for a connection to a Git server, in milliseconds.
@@ -141,6 +395,8 @@ pub unsafe fn set_socket_timeouts() {
 pub struct GitCache {
     dir: PathBuf,
     locks: Arc<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Credentials and host keys by repository URL.
+    auth: Arc<Mutex<HashMap<String, Arc<Auth>>>>,
 }
 
 impl GitCache {
@@ -149,7 +405,24 @@ impl GitCache {
         Self {
             dir: dir.into(),
             locks: Arc::default(),
+            auth: Arc::default(),
         }
+    }
+
+    /// Authenticates every fetch of `url` with `auth` (and checks SSH host keys with it).
+    pub fn set_auth(&self, url: &str, auth: Auth) {
+        self.auth
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(url.to_string(), Arc::new(auth));
+    }
+
+    fn auth_for(&self, url: &str) -> Option<Arc<Auth>> {
+        self.auth
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(url)
+            .cloned()
     }
 
     /// Where the bare repository for `url` lives: `<dir>/repos/<last path segment>-<hash>.git`.
@@ -208,6 +481,7 @@ impl GitCache {
     ) -> Result<Fetched> {
         let path = self.repo_path(url);
         let lock = self.lock_for(&path);
+        let auth = self.auth_for(url);
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = {
             let cancel = cancel.clone();
@@ -215,11 +489,11 @@ impl GitCache {
             let reference = reference.map(str::to_string);
             async move {
                 let guard = lock.lock_owned().await;
-                let span = tracing::info_span!("git_fetch", url = %url);
+                let span = tracing::info_span!("git_fetch", url = %redact_url(&url));
                 tokio::task::spawn_blocking(move || {
                     let _guard = guard;
                     let _span = span.entered();
-                    fetch_blocking(&path, &url, reference.as_deref(), &cancel)
+                    fetch_blocking(&path, &url, reference.as_deref(), auth.as_deref(), &cancel)
                 })
                 .await
                 .map_err(Error::TaskFailed)?
@@ -230,7 +504,7 @@ impl GitCache {
             Err(_) => {
                 cancel.store(true, std::sync::atomic::Ordering::Relaxed);
                 Err(Error::TimedOut {
-                    url: url.to_string(),
+                    url: redact_url(url),
                     seconds: timeout.as_secs(),
                 })
             }
@@ -254,17 +528,18 @@ impl GitCache {
     ) -> Result<Vec<RemoteHead>> {
         let path = self.repo_path(url);
         let lock = self.lock_for(&path);
+        let auth = self.auth_for(url);
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = {
             let cancel = cancel.clone();
             let url = url.to_string();
             async move {
                 let guard = lock.lock_owned().await;
-                let span = tracing::info_span!("git_fetch_previews", url = %url);
+                let span = tracing::info_span!("git_fetch_previews", url = %redact_url(&url));
                 tokio::task::spawn_blocking(move || {
                     let _guard = guard;
                     let _span = span.entered();
-                    fetch_matching_blocking(&path, &url, matches.as_ref(), &cancel)
+                    fetch_matching_blocking(&path, &url, matches.as_ref(), auth.as_deref(), &cancel)
                 })
                 .await
                 .map_err(Error::TaskFailed)?
@@ -275,7 +550,7 @@ impl GitCache {
             Err(_) => {
                 cancel.store(true, std::sync::atomic::Ordering::Relaxed);
                 Err(Error::TimedOut {
-                    url: url.to_string(),
+                    url: redact_url(url),
                     seconds: timeout.as_secs(),
                 })
             }
@@ -331,16 +606,15 @@ fn fetch_blocking(
     path: &Path,
     url: &str,
     reference: Option<&str>,
+    auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Fetched> {
     let repo = open_or_init(path)?;
-    let fetch_failed = |source| Error::FetchFailed {
-        url: url.to_string(),
-        source,
-    };
+    let session = Session::new(auth, cancel);
+    let fetch_failed = |source| session.classify(url, source);
     let not_found = || Error::RefNotFound {
         reference: reference.unwrap_or("HEAD").to_string(),
-        url: url.to_string(),
+        url: redact_url(url),
     };
     // A full commit id already in the cache needs no network at all: commits are immutable.
     if let Some(r) = reference
@@ -353,27 +627,33 @@ fn fetch_blocking(
             revision: Revision(oid.to_string()),
             resolved_ref: oid.to_string(),
             received_objects: 0,
+            previous: None,
+            rewritten: false,
         });
     }
     let is_local = !url.contains("://") && !url.contains('@');
     if is_local && !Path::new(url).exists() {
         return Err(Error::RepositoryNotFound {
-            url: url.to_string(),
+            url: redact_url(url),
         });
     }
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
-    remote.connect(Direction::Fetch).map_err(fetch_failed)?;
-    let heads: Vec<(String, Oid)> = remote
-        .list()
-        .map_err(fetch_failed)?
-        .iter()
-        .map(|h| (h.name().to_string(), h.oid()))
-        .collect();
-    let default_branch = remote
-        .default_branch()
-        .ok()
-        .and_then(|b| b.as_str().ok().map(str::to_string));
-    remote.disconnect().map_err(fetch_failed)?;
+    let (heads, default_branch) = {
+        let conn = remote
+            .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
+            .map_err(fetch_failed)?;
+        let heads: Vec<(String, Oid)> = conn
+            .list()
+            .map_err(fetch_failed)?
+            .iter()
+            .map(|h| (h.name().to_string(), h.oid()))
+            .collect();
+        let default_branch = conn
+            .default_branch()
+            .ok()
+            .and_then(|b| b.as_str().ok().map(str::to_string));
+        (heads, default_branch)
+    };
     let has = |name: &str| heads.iter().any(|(n, _)| n == name);
     // Which remote ref to fetch, or a commit id to find among all of them.
     let wanted: Option<String> = match reference {
@@ -391,12 +671,8 @@ fn fetch_blocking(
             }
         }
     };
-    let mut callbacks = git2::RemoteCallbacks::new();
-    // Returning false aborts the transfer: how a timed-out fetch stops.
-    callbacks.transfer_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
-    callbacks.sideband_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
     let mut opts = FetchOptions::new();
-    opts.remote_callbacks(callbacks);
+    opts.remote_callbacks(session.callbacks());
     opts.download_tags(AutotagOption::None);
     opts.update_fetchhead(false);
     let received = |remote: &git2::Remote<'_>| remote.stats().received_objects();
@@ -406,7 +682,12 @@ fn fetch_blocking(
                 return Err(not_found());
             }
             let local = local_ref(&name);
+            let before = repo.refname_to_id(&local).ok();
             let spec = format!("+{name}:{local}");
+            if shallow_ok(url) {
+                // Only the commit itself is needed: a shallow fetch moves the least data.
+                opts.depth(1);
+            }
             remote
                 .fetch(&[spec.as_str()], Some(&mut opts), None)
                 .map_err(fetch_failed)?;
@@ -418,10 +699,19 @@ fn fetch_blocking(
                     what: format!("ref {name}"),
                     source,
                 })?;
+            let previous = before.filter(|b| *b != commit.id());
+            // A shallow cache lacks the history to tell; then this says false.
+            let rewritten = previous.is_some_and(|old| {
+                repo.find_commit(old).is_ok()
+                    && !repo.graph_descendant_of(commit.id(), old).unwrap_or(true)
+                    && !repo.is_shallow()
+            });
             Ok(Fetched {
                 revision: Revision(commit.id().to_string()),
                 resolved_ref: name,
                 received_objects,
+                previous: previous.map(|o| Revision(o.to_string())),
+                rewritten,
             })
         }
         None => {
@@ -456,6 +746,8 @@ fn fetch_blocking(
                 revision: Revision(commit.id().to_string()),
                 resolved_ref: commit.id().to_string(),
                 received_objects,
+                previous: None,
+                rewritten: false,
             })
         }
     }
@@ -482,29 +774,30 @@ fn fetch_matching_blocking(
     path: &Path,
     url: &str,
     matches: &(dyn Fn(&str) -> bool + Send + Sync),
+    auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<RemoteHead>> {
     let repo = open_or_init(path)?;
-    let fetch_failed = |source| Error::FetchFailed {
-        url: url.to_string(),
-        source,
-    };
+    let session = Session::new(auth, cancel);
+    let fetch_failed = |source| session.classify(url, source);
     let is_local = !url.contains("://") && !url.contains('@');
     if is_local && !Path::new(url).exists() {
         return Err(Error::RepositoryNotFound {
-            url: url.to_string(),
+            url: redact_url(url),
         });
     }
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
-    remote.connect(Direction::Fetch).map_err(fetch_failed)?;
-    let wanted: Vec<(String, Oid)> = remote
-        .list()
-        .map_err(fetch_failed)?
-        .iter()
-        .filter(|h| matches(h.name()))
-        .map(|h| (h.name().to_string(), h.oid()))
-        .collect();
-    remote.disconnect().map_err(fetch_failed)?;
+    let wanted: Vec<(String, Oid)> = {
+        let conn = remote
+            .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
+            .map_err(fetch_failed)?;
+        conn.list()
+            .map_err(fetch_failed)?
+            .iter()
+            .filter(|h| matches(h.name()))
+            .map(|h| (h.name().to_string(), h.oid()))
+            .collect()
+    };
     let preview_ref = |name: &str| {
         format!(
             "{PREVIEW_PREFIX}{}",
@@ -532,11 +825,11 @@ fn fetch_matching_blocking(
         .map(|(name, _)| format!("+{name}:{}", preview_ref(name)))
         .collect();
     if !specs.is_empty() {
-        let mut callbacks = git2::RemoteCallbacks::new();
-        callbacks.transfer_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
-        callbacks.sideband_progress(|_| !cancel.load(std::sync::atomic::Ordering::Relaxed));
         let mut opts = FetchOptions::new();
-        opts.remote_callbacks(callbacks);
+        opts.remote_callbacks(session.callbacks());
+        if shallow_ok(url) {
+            opts.depth(1);
+        }
         opts.download_tags(AutotagOption::None);
         opts.update_fetchhead(false);
         let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
@@ -580,6 +873,14 @@ fn fetch_matching_blocking(
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// True when the transport of `url` can fetch shallow (libgit2's local transport cannot).
+fn shallow_ok(url: &str) -> bool {
+    ["https://", "http://", "ssh://", "git://"]
+        .iter()
+        .any(|p| url.starts_with(p))
+        || (url.contains('@') && url.contains(':') && !url.contains("://"))
 }
 
 /// Where a remote ref is kept in the cache: `refs/heads/x` → `refs/driftless/heads/x`.
@@ -849,6 +1150,62 @@ fn link_destination(dir: &str, target: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_hosts_lines_match_hosts_ports_and_keys() {
+        use base64::Engine as _;
+        let key = b"key-one";
+        let other = b"key-two";
+        let b64 = |k: &[u8]| base64::engine::general_purpose::STANDARD.encode(k);
+        let text = format!(
+            "# a comment\n\n@cert-authority *.example.com ssh-ed25519 {}\ngithub.com,140.82.1.1 ssh-ed25519 {}\n[127.0.0.1]:2222 ssh-ed25519 {}\n",
+            b64(other),
+            b64(key),
+            b64(key)
+        );
+        assert!(check_known_host(&text, "github.com", key).is_ok());
+        assert!(check_known_host(&text, "140.82.1.1", key).is_ok());
+        assert!(
+            check_known_host(&text, "127.0.0.1", key).is_ok(),
+            "any port"
+        );
+        match check_known_host(&text, "github.com", other) {
+            Err(Error::HostKeyMismatch {
+                changed: true,
+                fingerprint,
+                ..
+            }) => {
+                assert_eq!(fingerprint, super::fingerprint(other));
+            }
+            r => panic!("{r:?}"),
+        }
+        assert!(matches!(
+            check_known_host(&text, "gitlab.com", key),
+            Err(Error::HostKeyMismatch { changed: false, .. })
+        ));
+        assert!(
+            check_known_host(&text, "x.example.com", other).is_err(),
+            "certificate authorities are not trusted as keys"
+        );
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_when_shown() {
+        assert_eq!(redact_url("https://tok@h/r.git"), "https://***@h/r.git");
+        assert_eq!(
+            redact_url("https://u:p@h:8443/r.git"),
+            "https://***@h:8443/r.git"
+        );
+        assert_eq!(redact_url("ssh://git@h/r.git"), "ssh://git@h/r.git");
+        assert_eq!(redact_url("ssh://git:pw@h/r.git"), "ssh://***@h/r.git");
+        assert_eq!(redact_url("git@h:r.git"), "git@h:r.git");
+        assert_eq!(redact_url("/srv/r.git"), "/srv/r.git");
+        assert_eq!(
+            redact_url("https://h/a@b"),
+            "https://h/a@b",
+            "an @ in the path is no user"
+        );
+    }
 
     #[test]
     fn link_destinations_stay_inside_the_repository() {

@@ -339,3 +339,129 @@ async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&cached_after.stdout), cached);
 }
+
+fn basic_auth(token: &str) -> driftless::source::Auth {
+    driftless::source::Auth {
+        secret: Some(secrecy::SecretString::from(token.to_string())),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn https_tokens_are_sent_as_the_basic_password_and_refusals_are_authentication_failures() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let head = repo.commit("c");
+    // `git` is the default username; the token is the password.
+    let server = common::HttpsGitServer::start_with(false, Some(("git", "s3cret-token")));
+    let url = server.publish(&repo, "private");
+    let (_d, cache) = cache();
+    // No credentials: the server's 401 is an authentication failure.
+    let e = cache.fetch(&url, None).await.unwrap_err();
+    assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
+    cache.set_auth(&url, basic_auth("wrong-token"));
+    let e = cache.fetch(&url, None).await.unwrap_err();
+    assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains("wrong-token"), "{shown}");
+    cache.set_auth(&url, basic_auth("s3cret-token"));
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+    // A username and password.
+    let server = common::HttpsGitServer::start_with(false, Some(("alice", "pa55")));
+    let url = server.publish(&repo, "private");
+    cache.set_auth(
+        &url,
+        driftless::source::Auth {
+            username: Some("alice".into()),
+            ..basic_auth("pa55")
+        },
+    );
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+}
+
+#[tokio::test]
+async fn credentials_in_urls_never_show_in_errors() {
+    let (_d, cache) = cache();
+    // Nothing listens on port 9 of loopback.
+    let url = "https://x-access-token:ghp_SECRET@127.0.0.1:9/acme/web.git";
+    let e = cache.fetch(url, None).await.unwrap_err();
+    let shown = format!("{e} {e:?} {}", driftless::reconcile::error_chain(&e));
+    assert!(!shown.contains("ghp_SECRET"), "{shown}");
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    assert_eq!(
+        driftless::source::redact_url(url),
+        "https://***@127.0.0.1:9/acme/web.git"
+    );
+    assert_eq!(
+        driftless::source::redact_url("ssh://git@github.com/acme/web.git"),
+        "ssh://git@github.com/acme/web.git"
+    );
+}
+
+#[tokio::test]
+async fn ssh_keys_authenticate_and_host_keys_are_checked_strictly() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let head = repo.commit("c");
+    let bare = tempfile::tempdir().unwrap();
+    let bare_path = bare.path().join("web.git");
+    repo.git(&["clone", "-q", "--bare", ".", bare_path.to_str().unwrap()]);
+    let ssh = common::SshServer::start();
+    let url = ssh.url(&bare_path);
+    let key = std::fs::read_to_string(&ssh.client_key).unwrap();
+    let known = std::fs::read_to_string(&ssh.known_hosts).unwrap();
+    let auth = |known_hosts: &str, insecure: bool| driftless::source::Auth {
+        ssh_key: Some(secrecy::SecretString::from(key.clone())),
+        known_hosts: Some(known_hosts.to_string()),
+        insecure_skip_host_key_check: insecure,
+        ..Default::default()
+    };
+    let (_d, cache) = cache();
+    cache.set_auth(&url, auth(&known, false));
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+    // Unknown host: an error naming the host and the key's fingerprint, as ssh-keygen -l
+    // prints it.
+    let (_d2, cache) = self::cache();
+    cache.set_auth(&url, auth("", false));
+    match cache.fetch(&url, None).await.unwrap_err() {
+        Error::HostKeyMismatch {
+            host,
+            fingerprint,
+            changed,
+        } => {
+            assert_eq!(host, "127.0.0.1");
+            assert_eq!(fingerprint, ssh.fingerprint());
+            assert!(!changed);
+        }
+        e => panic!("{e:?}"),
+    }
+    // A changed key: known_hosts has another one for the host.
+    let other = common::SshServer::start();
+    let other_known = std::fs::read_to_string(&other.known_hosts)
+        .unwrap()
+        .replace(&format!(":{}", other.port), &format!(":{}", ssh.port));
+    cache.set_auth(&url, auth(&other_known, false));
+    let e = cache.fetch(&url, None).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::HostKeyMismatch { changed: true, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("changed"), "{e}");
+    // Unchecked on request.
+    cache.set_auth(&url, auth("", true));
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+    // A key the server does not know: refused.
+    let stranger = other.client_key.clone();
+    cache.set_auth(
+        &url,
+        driftless::source::Auth {
+            ssh_key: Some(secrecy::SecretString::from(
+                std::fs::read_to_string(stranger).unwrap(),
+            )),
+            known_hosts: Some(known.clone()),
+            ..Default::default()
+        },
+    );
+    let e = cache.fetch(&url, None).await.unwrap_err();
+    assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
+}

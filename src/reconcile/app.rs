@@ -489,6 +489,11 @@ impl App {
             Err(e) => {
                 let reason = match &e {
                     source::Error::RefNotFound { .. } => "RefNotFound",
+                    source::Error::TimedOut { .. } => "Timeout",
+                    source::Error::AuthenticationFailed { .. } => "AuthenticationFailed",
+                    source::Error::HostKeyMismatch { .. } => "HostKeyMismatch",
+                    source::Error::Unreachable { .. }
+                    | source::Error::RepositoryNotFound { .. } => "Unreachable",
                     _ => "FetchFailed",
                 };
                 let message = error_chain(&e);
@@ -497,11 +502,35 @@ impl App {
                 return Err(());
             }
         };
-        self.source_message = Some(format!(
-            "fetched {} at {}",
-            fetched.resolved_ref,
-            fetched.revision.short()
-        ));
+        // What a fetch that moved the ref said stays until the ref moves again.
+        let keep = fetched.previous.is_none()
+            && self
+                .source_message
+                .as_deref()
+                .is_some_and(|m| m.contains(fetched.revision.short()));
+        let message = match (&fetched.previous, fetched.rewritten) {
+            (Some(old), true) => {
+                tracing::warn!(git_ref = %fetched.resolved_ref, old = %old.0, new = %fetched.revision.0, "History rewritten (force push): following the new tip");
+                format!(
+                    "fetched {} at {}: history rewritten, it was {} (force push)",
+                    fetched.resolved_ref, fetched.revision.0, old.0
+                )
+            }
+            (Some(old), false) => format!(
+                "fetched {} at {} (previously {})",
+                fetched.resolved_ref,
+                fetched.revision.short(),
+                old.short()
+            ),
+            (None, _) => format!(
+                "fetched {} at {}",
+                fetched.resolved_ref,
+                fetched.revision.short()
+            ),
+        };
+        if !keep {
+            self.source_message = Some(message);
+        }
         let revision = fetched.revision.clone();
         let identity = self.source_identity();
         let unchanged = self

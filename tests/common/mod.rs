@@ -118,12 +118,19 @@ pub struct HttpsGitServer {
     pub port: u16,
     /// The server's certificate (PEM), to trust through `SSL_CERT_FILE`.
     pub cert: PathBuf,
+    tls: bool,
     child: std::process::Child,
 }
 
 impl HttpsGitServer {
     /// Starts the server.
     pub fn start() -> Self {
+        Self::start_with(true, None)
+    }
+
+    /// Starts the server over TLS or plain HTTP, requiring HTTP Basic `(user, password)` when
+    /// given.
+    pub fn start_with(tls: bool, basic: Option<(&str, &str)>) -> Self {
         let root = tempfile::tempdir().unwrap();
         let cert = root.path().join("cert.pem");
         let key = root.path().join("key.pem");
@@ -153,14 +160,15 @@ impl HttpsGitServer {
         );
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/git_http_server.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg("--root")
-            .arg(root.path())
-            .arg("--cert")
-            .arg(&cert)
-            .arg("--key")
-            .arg(&key)
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg("--root").arg(root.path());
+        if tls {
+            cmd.arg("--cert").arg(&cert).arg("--key").arg(&key);
+        }
+        if let Some((user, password)) = basic {
+            cmd.args(["--user", user, "--password", password]);
+        }
+        let mut child = cmd
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -175,6 +183,7 @@ impl HttpsGitServer {
             root,
             port,
             cert,
+            tls,
             child,
         }
     }
@@ -183,7 +192,8 @@ impl HttpsGitServer {
     pub fn publish(&self, repo: &GitRepo, name: &str) -> String {
         let dest = self.root.path().join(format!("{name}.git"));
         repo.git(&["clone", "-q", "--bare", ".", dest.to_str().unwrap()]);
-        format!("https://127.0.0.1:{}/{name}.git", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/{name}.git", self.port)
     }
 
     /// Pushes `repo`'s main branch to the published copy.
@@ -512,6 +522,154 @@ impl GitDaemon {
 }
 
 impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sshd` on a free loopback port with its own host key, letting in the current user with
+/// `client_key` (both ed25519, made with `ssh-keygen`). Repositories are addressed by absolute
+/// path: `ssh://USER@127.0.0.1:PORT/abs/path.git`.
+pub struct SshServer {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    /// The client's private key file.
+    pub client_key: PathBuf,
+    /// known_hosts lines for this server (`[127.0.0.1]:PORT ssh-ed25519 ...`).
+    pub known_hosts: PathBuf,
+    /// The host key's public half.
+    pub host_key_pub: PathBuf,
+    child: Child,
+}
+
+fn keygen(path: &Path) {
+    let out = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "driftless-test",
+            "-f",
+        ])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn spawn_sshd(d: &Path, port: u16) -> Child {
+    // sshd started as root wants its privilege separation folder.
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sshd is installed (openssh-server; .ci/run installs it)");
+    let child = Command::new(sshd)
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("sshd.log")).unwrap())
+        .spawn()
+        .expect("sshd starts");
+    wait_for("sshd", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    child
+}
+
+impl SshServer {
+    /// Stops the server (an outage); [`SshServer::resume`] starts it again as it was.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn resume(&mut self) {
+        self.child = spawn_sshd(self.dir.path(), self.port);
+    }
+
+    /// Stops the server and starts one with a new host key on the same port (a server
+    /// replaced, or someone posing as it).
+    pub fn replace_host_key(&mut self) {
+        self.stop();
+        let d = self.dir.path();
+        std::fs::remove_file(d.join("host_key")).unwrap();
+        std::fs::remove_file(d.join("host_key.pub")).unwrap();
+        keygen(&d.join("host_key"));
+        self.resume();
+    }
+
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        keygen(&d.join("host_key"));
+        keygen(&d.join("client_key"));
+        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPidFile {pid}\n",
+            hk = d.join("host_key").display(),
+            ak = d.join("authorized_keys").display(),
+            pid = d.join("sshd.pid").display(),
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        let child = spawn_sshd(d, port);
+        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+        let mut fields = host_pub.split_whitespace();
+        let (kind, key) = (fields.next().unwrap(), fields.next().unwrap());
+        std::fs::write(
+            d.join("known_hosts"),
+            format!("[127.0.0.1]:{port} {kind} {key}\n"),
+        )
+        .unwrap();
+        SshServer {
+            port,
+            client_key: d.join("client_key"),
+            known_hosts: d.join("known_hosts"),
+            host_key_pub: d.join("host_key.pub"),
+            child,
+            dir,
+        }
+    }
+
+    /// The URL of the repository at the absolute path `repo`.
+    pub fn url(&self, repo: &Path) -> String {
+        let user = std::env::var("USER").unwrap_or_else(|_| {
+            String::from_utf8_lossy(&Command::new("whoami").output().unwrap().stdout)
+                .trim()
+                .to_string()
+        });
+        format!("ssh://{user}@127.0.0.1:{}{}", self.port, repo.display())
+    }
+
+    /// `ssh-keygen -lf` of the host key: `SHA256:...`.
+    pub fn fingerprint(&self) -> String {
+        let out = Command::new("ssh-keygen")
+            .arg("-lf")
+            .arg(&self.host_key_pub)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for SshServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

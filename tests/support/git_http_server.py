@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A small smart-HTTP Git server for tests: `git http-backend` behind Python's HTTP server.
 
-Serves every bare repository under --root at http(s)://127.0.0.1:PORT/<name>.git, read-only and
-anonymous. With --cert and --key it speaks TLS. Prints the port on the first line of stdout,
+Serves every bare repository under --root at http(s)://127.0.0.1:PORT/<name>.git, read-only,
+anonymous unless --user and --password are given (then HTTP Basic auth is required: 401 with
+`WWW-Authenticate: Basic` otherwise). With --cert and --key it speaks TLS. Prints the port on the first line of stdout,
 then serves until killed. Every request's method and path are logged to stderr.
 """
 import argparse
@@ -23,6 +24,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.backend()
 
     def backend(self):
+        if self.server.basic is not None:
+            given = self.headers.get("Authorization", "")
+            if given != "Basic " + self.server.basic:
+                sys.stderr.write("401 %s %s\n" % (self.command, self.path))
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
         path, _, query = self.path.partition("?")
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -68,9 +78,15 @@ def main():
     p.add_argument("--root", required=True)
     p.add_argument("--cert")
     p.add_argument("--key")
+    p.add_argument("--user")
+    p.add_argument("--password")
     a = p.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.root = a.root
+    server.basic = None
+    if a.user is not None:
+        import base64
+        server.basic = base64.b64encode(("%s:%s" % (a.user, a.password)).encode()).decode()
     if a.cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(a.cert, a.key)

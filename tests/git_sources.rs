@@ -1,0 +1,292 @@
+//! Git sources in the real world, end to end with the real binary: private repositories over
+//! ssh (a real `sshd` with a test key and a known_hosts file) and over http with a token (`git
+//! http-backend` behind Basic auth), host-key changes, outages, a connection cut in the middle
+//! of a pack, and a force push whose old commit is gone from the server. Through all of them the
+//! store keeps every object of the last good revision.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Env, GitRepo, configmap};
+use serde_json::Value;
+
+fn condition(env: &Env, type_: &str) -> Value {
+    env.status()["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Writes a config whose one app follows `url` with these `auth` lines (indented 6).
+fn config(env: &Env, url: &str, auth: &str) {
+    let config = format!(
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source:\n      repo: {url}\n      path: app\n      interval: 1s\n      timeout: 5s\n{auth}"
+    );
+    std::fs::write(env.config(), config).unwrap();
+}
+
+fn bare_clone(repo: &GitRepo, dir: &Path) -> std::path::PathBuf {
+    let bare = dir.join("web.git");
+    repo.git(&["clone", "-q", "--bare", ".", bare.to_str().unwrap()]);
+    bare
+}
+
+fn objects(env: &Env) -> Vec<(String, String)> {
+    env.versions()
+}
+
+#[test]
+fn ssh_sources_check_host_keys_survive_outages_and_follow_force_pushes() {
+    let env = Env::new();
+    let served = tempfile::tempdir().unwrap();
+    let bare = bare_clone(&env.repo, served.path());
+    let mut ssh = common::SshServer::start();
+    config(
+        &env,
+        &ssh.url(&bare),
+        &format!(
+            "      auth:\n        sshKey: {{file: {}}}\n        knownHosts: {{file: {}}}\n",
+            ssh.client_key.display(),
+            ssh.known_hosts.display()
+        ),
+    );
+    let agent = env.agent();
+    env.wait("first sync over ssh", Duration::from_secs(30), || {
+        env.get("configmap", "b").is_some()
+    });
+    let first = env.status()["revision"].as_str().unwrap().to_string();
+    let kept = objects(&env);
+
+    // Outage: the server is gone. Unreachable; every object stays.
+    ssh.stop();
+    env.wait("Unreachable", Duration::from_secs(30), || {
+        condition(&env, "SourceAvailable")["reason"] == "Unreachable"
+    });
+    assert_eq!(condition(&env, "SourceAvailable")["status"], "False");
+    assert_eq!(objects(&env), kept, "nothing deleted during an outage");
+
+    // Back, but with another host key: refused, naming the host and the new key.
+    ssh.replace_host_key();
+    env.wait("HostKeyMismatch", Duration::from_secs(30), || {
+        condition(&env, "SourceAvailable")["reason"] == "HostKeyMismatch"
+    });
+    let message = condition(&env, "SourceAvailable")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("127.0.0.1") && message.contains(&ssh.fingerprint()),
+        "{message}"
+    );
+    assert!(message.contains("changed"), "{message}");
+    assert_eq!(objects(&env), kept, "nothing deleted on a host key change");
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0));
+    let key = std::fs::read_to_string(&ssh.client_key).unwrap();
+    let secret_line = key.lines().nth(1).unwrap();
+    assert!(
+        !log.contains(secret_line),
+        "the private key is never logged"
+    );
+
+    // The new key accepted (known_hosts updated): a force push to an unrelated history,
+    // after which the server forgets the old commit.
+    std::fs::write(
+        &ssh.known_hosts,
+        format!(
+            "[127.0.0.1]:{} {}",
+            ssh.port,
+            std::fs::read_to_string(&ssh.host_key_pub)
+                .unwrap()
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    )
+    .unwrap();
+    let agent = env.agent();
+    env.repo.git(&["checkout", "-q", "--orphan", "rewritten"]);
+    env.repo.git(&["rm", "-q", "-r", "--cached", "."]);
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "rewritten")]));
+    env.repo.write("app/b.yaml", configmap("b", &[("k", "1")]));
+    let rewritten = env.repo.commit("rewritten history");
+    env.repo.git(&[
+        "push",
+        "-q",
+        "--force",
+        bare.to_str().unwrap(),
+        "rewritten:main",
+    ]);
+    for args in [
+        &["reflog", "expire", "--expire=now", "--all"][..],
+        &["gc", "-q", "--prune=now"][..],
+    ] {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&bare)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let gone = std::process::Command::new("git")
+        .args(["cat-file", "-e", &first])
+        .current_dir(&bare)
+        .status()
+        .unwrap();
+    assert!(!gone.success(), "the old commit is gone from the server");
+    env.wait("the new tip applied", Duration::from_secs(30), || {
+        env.status()["revision"] == rewritten.as_str()
+    });
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "rewritten");
+    let source = condition(&env, "SourceAvailable");
+    let m = source["message"].as_str().unwrap();
+    assert!(
+        m.contains(&rewritten[..12]) && m.contains(&first[..12]),
+        "the status names the old and the new commit: {m}"
+    );
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn http_tokens_authenticate_and_refusals_keep_the_revision_in_force() {
+    let env = Env::new();
+    let server = common::HttpsGitServer::start_with(false, Some(("git", "tok-s3cret")));
+    let url = server.publish(&env.repo, "web");
+    std::fs::write(env.dir.path().join("token"), "tok-s3cret\n").unwrap();
+    config(&env, &url, "      auth:\n        token: {file: token}\n");
+    let agent = env.agent();
+    env.wait("first sync over http", Duration::from_secs(30), || {
+        env.get("configmap", "b").is_some()
+    });
+    let kept = objects(&env);
+    drop(agent);
+    // The token revoked (the agent reads it at start): AuthenticationFailed, objects kept.
+    std::fs::write(env.dir.path().join("token"), "revoked\n").unwrap();
+    let agent = env.agent();
+    env.wait("AuthenticationFailed", Duration::from_secs(30), || {
+        condition(&env, "SourceAvailable")["reason"] == "AuthenticationFailed"
+    });
+    assert_eq!(objects(&env), kept);
+    let status = env.run(&["status", "-o", "json"]);
+    let shown = format!("{}{}", common::stdout(&status), env.log());
+    assert!(
+        !shown.contains("revoked") && !shown.contains("tok-s3cret"),
+        "{shown}"
+    );
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}
+
+/// A TCP proxy to `target` that, while `cut_after` is non-zero, closes each connection once it
+/// has passed that many bytes from the server: a transfer cut in the middle of a pack.
+async fn proxy(target: u16, cut_after: Arc<AtomicUsize>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let cut = cut_after.load(Ordering::SeqCst);
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                });
+                let mut passed = 0usize;
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let n = if cut > 0 { n.min(cut - passed) } else { n };
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    passed += n;
+                    if cut > 0 && passed >= cut {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_cut_in_the_middle_leaves_the_cache_usable_and_the_revision_in_force() {
+    let env = Env::new();
+    let served = tempfile::tempdir().unwrap();
+    let bare = bare_clone(&env.repo, served.path());
+    let daemon = common::GitDaemon::start(served.path());
+    let cut_after = Arc::new(AtomicUsize::new(0));
+    let port = proxy(daemon.port, cut_after.clone()).await;
+    config(&env, &format!("git://127.0.0.1:{port}/web.git"), "");
+    let agent = env.agent();
+    env.wait("first sync over git://", Duration::from_secs(30), || {
+        env.get("configmap", "b").is_some()
+    });
+    let kept = objects(&env);
+    // A big commit (about 2 MB that does not compress), and a connection that breaks after
+    // 64 KiB of it.
+    let mut noise = String::new();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    while noise.len() < 2_000_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.push_str(&format!("{x:016x}"));
+    }
+    env.repo
+        .write("app/big.yaml", configmap("big", &[("noise", &noise)]));
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    let new = env.repo.commit("big");
+    cut_after.store(64 * 1024, Ordering::SeqCst);
+    env.repo
+        .git(&["push", "-q", bare.to_str().unwrap(), "main"]);
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("timed out waiting for {what}\n{}", env.log());
+    };
+    wait("a failed fetch", &|| {
+        condition(&env, "SourceAvailable")["status"] == "False"
+    });
+    let reason = condition(&env, "SourceAvailable")["reason"].clone();
+    assert!(
+        reason == "Unreachable" || reason == "FetchFailed",
+        "{reason}"
+    );
+    assert_eq!(objects(&env), kept, "the revision in force stays");
+    // The network heals: the same cache fetches the commit.
+    cut_after.store(0, Ordering::SeqCst);
+    wait("the new revision", &|| {
+        env.status()["revision"] == new.as_str()
+    });
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}
