@@ -161,11 +161,28 @@ pub fn parse_set<'a>(
 ) -> DesiredSet {
     let mut files: Vec<(&str, &[u8])> = files.into_iter().collect();
     files.sort_by(|a, b| a.0.cmp(b.0));
+    assemble(parse_many(&files), prior, opts)
+}
+
+/// Parses each file on its own (on all cores when there are many), in the order given: what
+/// [`parse_set`] does before [`assemble`]. A caller that keeps [`FileResult`]s by blob id
+/// parses only the files that changed.
+pub fn parse_many(files: &[(&str, &[u8])]) -> Vec<FileResult> {
+    parse_files(files).into_iter().map(|(_, r)| r).collect()
+}
+
+/// Builds a desired set from per-file results given in path order: namespaces defaulted, and
+/// an object declared twice is an error naming both places.
+pub fn assemble(
+    results: impl IntoIterator<Item = FileResult>,
+    prior: Vec<Diagnostic>,
+    opts: &Options,
+) -> DesiredSet {
     let mut set = DesiredSet {
         diagnostics: prior,
         ..DesiredSet::default()
     };
-    for (_, parsed) in parse_files(&files) {
+    for parsed in results {
         set.files += 1;
         set.skipped += parsed.skipped;
         set.diagnostics.extend(parsed.diagnostics);

@@ -146,6 +146,8 @@ pub struct Files {
     pub diagnostics: Vec<Diagnostic>,
     /// The id of the tree at the app's path: equal ids mean equal contents.
     pub tree_id: String,
+    /// The blob id of each file, by path: equal ids mean equal bytes.
+    pub blob_ids: HashMap<String, String>,
 }
 
 /// How to authenticate to one repository and check its SSH host key (`source.auth`). Secrets
@@ -1089,6 +1091,7 @@ impl<'r> Walker<'r> {
         self.out
             .files
             .push((path.to_string(), blob.content().to_vec()));
+        self.out.blob_ids.insert(path.to_string(), oid.to_string());
         Ok(())
     }
 

@@ -290,3 +290,77 @@ async fn a_pack_cut_in_the_middle_leaves_the_cache_usable_and_the_revision_in_fo
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn in_a_monorepo_a_commit_elsewhere_is_not_planned_again_and_unchanged_files_are_not_parsed() {
+    let env = Env::new();
+    env.repo
+        .write("other/c.yaml", configmap("c", &[("k", "1")]));
+    env.repo
+        .write("other/d.yaml", configmap("d", &[("k", "1")]));
+    env.repo.commit("two apps");
+    let config = format!(
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: one\n    source: {{repo: {url}, path: app, interval: 1s}}\n  - name: two\n    source: {{repo: {url}, path: other, interval: 1s}}\n",
+        url = env.repo.url()
+    );
+    std::fs::write(env.config(), config).unwrap();
+    let agent = env.agent();
+    env.wait("both apps", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some() && env.get("configmap", "d").is_some()
+    });
+    let app_one = |env: &Env| -> Vec<(String, String)> {
+        objects(env)
+            .into_iter()
+            .filter(|(k, _)| k.ends_with("\"a\"") || k.ends_with("\"b\""))
+            .collect()
+    };
+    let before = app_one(&env);
+    assert_eq!(before.len(), 2, "{before:?}");
+    env.repo
+        .write("other/c.yaml", configmap("c", &[("k", "2")]));
+    let head = env.repo.commit("only other/c.yaml");
+    env.wait("c applied", Duration::from_secs(30), || {
+        env.get("configmap", "c")
+            .is_some_and(|c| c["data"]["k"] == "2")
+    });
+    let revision_of = |env: &Env, app: &str| -> Value {
+        let out = env.run(&["status", "-o", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == app)
+            .unwrap()["revision"]
+            .clone()
+    };
+    env.wait("app one at the new commit", Duration::from_secs(30), || {
+        revision_of(&env, "one") == head.as_str()
+    });
+    assert_eq!(app_one(&env), before, "app one wrote nothing");
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0));
+    let lines = |app: &str, text: &str| {
+        log.lines()
+            .filter(|l| l.contains(&format!("app={app}")) && l.contains(text))
+            .count()
+    };
+    assert!(lines("one", "not planned again") >= 1, "{log}");
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("app=one")
+                && l.contains("New revision")
+                && l.contains(&head[..12]))
+            .count(),
+        0,
+        "app one did not parse the commit"
+    );
+    // App two parsed only the file that changed.
+    assert!(
+        log.lines().any(|l| l.contains("app=two")
+            && l.contains("Manifests parsed")
+            && l.contains("parsed=1")
+            && l.contains("reused=1")),
+        "{log}"
+    );
+}

@@ -101,6 +101,8 @@ pub struct App {
     held_keys: BTreeSet<ObjectKey>,
     /// When the app started converging without having converged since.
     progressing_since: Option<std::time::SystemTime>,
+    /// Each file of the newest tree parsed, by (path, blob id).
+    parsed: HashMap<(String, String), Arc<manifest::FileResult>>,
 }
 
 impl App {
@@ -190,6 +192,7 @@ impl App {
             fights: Fights::default(),
             held_keys: BTreeSet::new(),
             progressing_since,
+            parsed: HashMap::new(),
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
@@ -589,10 +592,16 @@ impl App {
             }
         };
         // The same tree read the same way as in force: same objects, only the revision moves.
+        // A commit elsewhere in a monorepo: nothing to parse or plan again; the new commit is
+        // what was applied (the inventory keeps the older id until something is written).
         if let Some(f) = &self.in_force
             && f.source == identity
             && f.tree_id.as_deref() == Some(files.tree_id.as_str())
         {
+            tracing::debug!(revision = %revision.short(), path = %self.cfg.source.path.value, "The app's path is unchanged in the new revision; not planned again");
+            if self.applied.as_ref() == Some(&f.revision) {
+                self.applied = Some(revision.clone());
+            }
             let desired = f.desired.clone();
             self.in_force = Some(InForce {
                 revision,
@@ -604,14 +613,8 @@ impl App {
             self.diagnostics.clear();
             return Ok(());
         }
-        let opts = manifest::Options {
-            default_namespace: self.cfg.target.namespace.value.clone(),
-        };
-        let set = manifest::parse_set(
-            files.files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
-            files.diagnostics,
-            &opts,
-        );
+        let tree_id = files.tree_id.clone();
+        let set = self.parse_cached(files);
         self.diagnostics = set.diagnostics.clone();
         if let Some(first) = set.first_error() {
             let message = format!(
@@ -656,7 +659,7 @@ impl App {
         self.in_force = Some(InForce {
             revision,
             source: identity,
-            tree_id: Some(files.tree_id),
+            tree_id: Some(tree_id),
             desired,
         });
         report.applied_new_revision = true;
@@ -678,6 +681,50 @@ impl App {
             self.write_status().await;
         }
         Ok(())
+    }
+
+    /// Parses `files` into a desired set, reusing the result of every file whose (path, blob
+    /// id) was parsed before: only changed files are parsed again. The cache keeps the files of
+    /// the newest tree only.
+    fn parse_cached(&mut self, files: source::Files) -> manifest::DesiredSet {
+        let opts = manifest::Options {
+            default_namespace: self.cfg.target.namespace.value.clone(),
+        };
+        let key = |path: &str| {
+            (
+                path.to_string(),
+                files.blob_ids.get(path).cloned().unwrap_or_default(),
+            )
+        };
+        let misses: Vec<(&str, &[u8])> = files
+            .files
+            .iter()
+            .filter(|(p, _)| !self.parsed.contains_key(&key(p)))
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let fresh = manifest::parse_many(&misses);
+        let parsed = misses.len();
+        let mut next: HashMap<(String, String), Arc<manifest::FileResult>> = HashMap::new();
+        for ((path, _), result) in misses.iter().zip(fresh) {
+            next.insert(key(path), Arc::new(result));
+        }
+        let mut results = Vec::with_capacity(files.files.len());
+        for (path, _) in &files.files {
+            let k = key(path);
+            let r = match next.get(&k).or_else(|| self.parsed.get(&k)) {
+                Some(r) => r.clone(),
+                None => continue,
+            };
+            next.insert(k, r.clone());
+            results.push((*r).clone());
+        }
+        tracing::debug!(
+            parsed,
+            reused = files.files.len() - parsed,
+            "Manifests parsed (unchanged files reused by blob id)"
+        );
+        self.parsed = next;
+        manifest::assemble(results, files.diagnostics, &opts)
     }
 
     /// Makes the store match the revision in force (or, detect-only, finds where it does not).
