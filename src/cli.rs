@@ -621,9 +621,23 @@ async fn load_apps(
             .unwrap_or(0);
         let span = tracing::info_span!("app", app = %app_cfg.name.value);
         let status = app_cfg.status.clone();
+        let verify = app_cfg.source.verify.clone();
         let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
             .instrument(span)
             .await?;
+        if let Some(v) = verify
+            && let Some(f) = &v.allowed_signers
+        {
+            use secrecy::ExposeSecret as _;
+            let field = format!("apps[{index}].source.verify.allowedSigners");
+            let text = config::read_secret(&cfg.path, f, &field)?;
+            let signers = source::AllowedSigners::parse(text.expose_secret())
+                .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
+            if signers.is_empty() {
+                anyhow::bail!("{}: {field}: no key to trust", cfg.path.display());
+            }
+            app = app.with_signers(Arc::new(signers));
+        }
         if let Some(st) = status
             && !dry_run
         {

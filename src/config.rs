@@ -329,6 +329,34 @@ pub struct SourceConfig {
     /// Credentials and SSH host keys (none: anonymous).
     #[serde(default)]
     pub auth: Option<AuthConfig>,
+    /// Commit signature verification (none: commits are not checked).
+    #[serde(default)]
+    pub verify: Option<VerifyConfig>,
+}
+
+/// `apps[].source.verify:`: apply only commits signed by a trusted key, as Flux's
+/// `GitRepository` `spec.verify` (`mode: HEAD`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VerifyConfig {
+    /// What is verified: `head` (the commit to apply). Default `head`.
+    #[serde(default)]
+    pub mode: VerifyMode,
+    /// The SSH keys allowed to sign, in `ssh-keygen`'s allowed_signers format.
+    #[serde(default)]
+    pub allowed_signers: Option<Spanned<SecretRef>>,
+    /// OpenPGP public keys: not verified yet (a config error says so).
+    #[serde(default)]
+    pub openpgp_keys: Option<Spanned<SecretRef>>,
+}
+
+/// `apps[].source.verify.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum VerifyMode {
+    /// The head commit of the ref (Flux's `HEAD`).
+    #[default]
+    #[serde(rename = "head", alias = "HEAD")]
+    Head,
 }
 
 /// `apps[].source.auth:`: how to reach a private repository, as Flux's `GitRepository`
@@ -661,6 +689,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
         if let Some(st) = &mut app.status {
             resolve_secret(&mut st.token);
         }
+        if let Some(v) = &mut app.source.verify
+            && let Some(f) = &mut v.allowed_signers
+        {
+            resolve_secret(f);
+        }
         if let Some(a) = &mut app.source.auth {
             for s in [
                 &mut a.token,
@@ -763,6 +796,23 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             validate_status(st, i, &invalid)?;
         }
         validate_auth(&app.source, i, &invalid)?;
+        if let Some(v) = &app.source.verify {
+            if let Some(k) = &v.openpgp_keys {
+                return Err(invalid(
+                    &k.referenced,
+                    format!("apps[{i}].source.verify.openpgpKeys"),
+                    "OpenPGP signatures are not verified yet; sign commits with SSH keys (git -c gpg.format=ssh) and give allowedSigners".into(),
+                ));
+            }
+            if v.allowed_signers.is_none() {
+                return Err(invalid(
+                    &app.source.repo.referenced,
+                    format!("apps[{i}].source.verify"),
+                    "give `allowedSigners: {file: PATH}` (ssh-keygen's allowed_signers format)"
+                        .into(),
+                ));
+            }
+        }
         if let Some(p) = &app.preview {
             validate_preview(p, app.status.is_some(), i, &invalid)?;
         }
@@ -1249,6 +1299,26 @@ mod tests {
         );
         assert!(e.contains("unknown field `tokn`"), "{e}");
         parse_str("apps:\n- name: a\n  source:\n    repo: ssh://git@h/r.git\n    auth: {insecureSkipHostKeyCheck: true}\n").unwrap();
+        let v = parse_str("apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: HEAD, allowedSigners: {file: signers}}\n").unwrap();
+        let verify = v.config.apps[0].source.verify.as_ref().unwrap();
+        assert_eq!(verify.mode, VerifyMode::Head);
+        let e =
+            err("apps:\n- name: a\n  source:\n    repo: x\n    verify: {openpgpKeys: {file: k}}\n");
+        assert!(
+            e.contains(
+                ":5:27: apps[0].source.verify.openpgpKeys: OpenPGP signatures are not verified yet"
+            ),
+            "{e}"
+        );
+        let e = err("apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: head}\n");
+        assert!(
+            e.contains("apps[0].source.verify: give `allowedSigners"),
+            "{e}"
+        );
+        let e = err(
+            "apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: tags, allowedSigners: {file: s}}\n",
+        );
+        assert!(e.contains(":5:20: unknown variant `tags`"), "{e}");
     }
 
     #[test]

@@ -112,6 +112,14 @@ pub enum Error {
         #[source]
         source: git2::Error,
     },
+    /// The commit carries no signature, or one no allowed signer made (`source.verify`).
+    #[error("commit {revision} {reason}")]
+    SignatureRejected {
+        /// The commit.
+        revision: String,
+        /// `is not signed`, `is signed by a key that is not in allowedSigners (SHA256:...)`...
+        reason: String,
+    },
     /// The blocking task running git2 panicked or was cancelled.
     #[error("git task failed")]
     TaskFailed(#[source] tokio::task::JoinError),
@@ -369,6 +377,91 @@ impl<'s> Session<'s> {
     }
 }
 
+/// The SSH keys allowed to sign commits: `allowed_signers` as `ssh-keygen -Y verify` reads it
+/// (`principals [options] keytype base64 [comment]`, e.g. `alice@example.com ssh-ed25519
+/// AAAA...`). Certificate authorities (`cert-authority`) and other namespaces than `git`
+/// (`namespaces="..."`) are not trusted. Ed25519 keys are verified (crate `ssh-key`).
+#[derive(Clone, Debug, Default)]
+pub struct AllowedSigners {
+    keys: Vec<(String, ssh_key::PublicKey)>,
+}
+
+impl AllowedSigners {
+    /// Parses allowed_signers text.
+    ///
+    /// # Errors
+    ///
+    /// `line N: ...` for a line whose key cannot be read.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let mut keys = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let Some(kind_at) = fields.iter().position(|f| {
+                f.starts_with("ssh-") || f.starts_with("ecdsa-") || f.starts_with("sk-")
+            }) else {
+                return Err(format!("line {}: no key type (ssh-ed25519 ...)", i + 1));
+            };
+            let options = fields[1..kind_at].join(" ");
+            if options.contains("cert-authority") {
+                continue;
+            }
+            if let Some(ns) = options.split("namespaces=\"").nth(1)
+                && !ns
+                    .split('"')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .any(|n| n == "git")
+            {
+                continue;
+            }
+            let Some(b64) = fields.get(kind_at + 1) else {
+                return Err(format!("line {}: the key is missing", i + 1));
+            };
+            let key = ssh_key::PublicKey::from_openssh(&format!("{} {b64}", fields[kind_at]))
+                .map_err(|e| format!("line {}: {e}", i + 1))?;
+            keys.push((fields[0].to_string(), key));
+        }
+        Ok(Self { keys })
+    }
+
+    /// How many keys are trusted.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// True when no key is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The principal whose key made `signature` (an armored `SSH SIGNATURE`) over `payload`.
+    fn verify(&self, payload: &[u8], signature: &str) -> std::result::Result<String, String> {
+        let sig = ssh_key::SshSig::from_pem(signature.trim())
+            .map_err(|_| "carries a signature that is not an SSH signature (OpenPGP signatures are not verified)".to_string())?;
+        if sig.namespace() != "git" {
+            return Err(format!(
+                "is signed for namespace `{}`, not `git`",
+                sig.namespace()
+            ));
+        }
+        for (principal, key) in &self.keys {
+            if key.key_data() == sig.public_key() && key.verify("git", payload, &sig).is_ok() {
+                return Ok(principal.clone());
+            }
+        }
+        let signer = ssh_key::PublicKey::from(sig.public_key().clone())
+            .fingerprint(ssh_key::HashAlg::Sha256);
+        Err(format!(
+            "is signed by a key that is not in allowedSigners, or the signature does not match ({signer})"
+        ))
+    }
+}
+
 /// How long libgit2 waits for a connection to a Git server, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: i32 = 30_000;
 /// How long libgit2 waits on a silent Git server connection (each read or write), in
@@ -557,6 +650,46 @@ impl GitCache {
                 })
             }
         }
+    }
+
+    /// Checks that `revision` (fetched from `url`) is signed by one of `signers`, as Flux's
+    /// `verify: {mode: HEAD}` does. Returns the signer's principal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SignatureRejected`] for an unsigned commit or one no allowed key signed;
+    /// [`Error::CacheFailed`], [`Error::TaskFailed`].
+    pub async fn verify(
+        &self,
+        url: &str,
+        revision: &Revision,
+        signers: Arc<AllowedSigners>,
+    ) -> Result<String> {
+        let repo_path = self.repo_path(url);
+        let revision = revision.clone();
+        tokio::task::spawn_blocking(move || {
+            let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
+                path: repo_path.clone(),
+                source,
+            })?;
+            let rejected = |reason: String| Error::SignatureRejected {
+                revision: revision.0.clone(),
+                reason,
+            };
+            let oid =
+                Oid::from_str(&revision.0).map_err(|_| rejected("is not a commit id".into()))?;
+            let (signature, payload) = match repo.extract_signature(&oid, None) {
+                Ok(pair) => pair,
+                Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                    return Err(rejected("is not signed".into()));
+                }
+                Err(e) => return Err(rejected(format!("cannot be read: {}", e.message()))),
+            };
+            let signature = String::from_utf8_lossy(&signature).to_string();
+            signers.verify(&payload, &signature).map_err(rejected)
+        })
+        .await
+        .map_err(Error::TaskFailed)?
     }
 
     /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
@@ -1189,6 +1322,28 @@ mod tests {
         assert!(
             check_known_host(&text, "x.example.com", other).is_err(),
             "certificate authorities are not trusted as keys"
+        );
+    }
+
+    #[test]
+    fn allowed_signers_keep_git_keys_only() {
+        let key =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq9lMNO2nS2aRr8uxR0nEXEZYyYU3k1AGgJKjRM3D0l";
+        let text = format!(
+            "# comment\n\nalice@example.com {key} laptop\nbob@example.com namespaces=\"file\" {key}\nca@example.com cert-authority {key}\ncarol@example.com namespaces=\"git,file\" {key}\n"
+        );
+        let s = AllowedSigners::parse(&text).unwrap();
+        let principals: Vec<&str> = s.keys.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(principals, vec!["alice@example.com", "carol@example.com"]);
+        assert!(
+            AllowedSigners::parse("alice ssh-ed25519 not-base64")
+                .unwrap_err()
+                .starts_with("line 1:")
+        );
+        assert!(
+            AllowedSigners::parse("\nalice")
+                .unwrap_err()
+                .starts_with("line 2:")
         );
     }
 

@@ -364,3 +364,100 @@ fn in_a_monorepo_a_commit_elsewhere_is_not_planned_again_and_unchanged_files_are
         "{log}"
     );
 }
+
+fn ssh_keygen(path: &Path) -> String {
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "signer", "-f"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::read_to_string(path.with_extension("pub")).unwrap()
+}
+
+/// Commits everything, signed with the SSH key at `key` (`git -c gpg.format=ssh`).
+fn signed_commit(repo: &GitRepo, key: &Path, message: &str) -> String {
+    repo.git(&["add", "-A"]);
+    repo.git(&[
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        &format!("user.signingkey={}", key.display()),
+        "commit",
+        "-q",
+        "-S",
+        "-m",
+        message,
+    ]);
+    repo.head()
+}
+
+#[test]
+fn only_commits_signed_by_an_allowed_key_are_applied() {
+    let env = Env::new();
+    let keys = tempfile::tempdir().unwrap();
+    let trusted = keys.path().join("trusted");
+    let stranger = keys.path().join("stranger");
+    let trusted_pub = ssh_keygen(&trusted);
+    ssh_keygen(&stranger);
+    let fields: Vec<&str> = trusted_pub.split_whitespace().collect();
+    std::fs::write(
+        env.dir.path().join("allowed_signers"),
+        format!(
+            "# who may sign\nalice@example.com namespaces=\"git\" {} {}\n",
+            fields[0], fields[1]
+        ),
+    )
+    .unwrap();
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "signed")]));
+    let good = signed_commit(&env.repo, &trusted, "signed");
+    config(
+        &env,
+        &env.repo.url(),
+        "      verify: {mode: head, allowedSigners: {file: allowed_signers}}\n",
+    );
+    let agent = env.agent();
+    env.wait("the signed head applied", Duration::from_secs(30), || {
+        env.status()["revision"] == good.as_str()
+    });
+    assert!(env.log().contains("Commit signature verified"));
+    let rejected = |what: &str, head: &str| {
+        env.wait(what, Duration::from_secs(30), || {
+            env.status()["lastAttemptedRevision"] == head
+        });
+        let ready = condition(&env, "Ready");
+        assert_eq!(ready["status"], "False", "{ready}");
+        assert_eq!(ready["reason"], "SignatureRejected", "{ready}");
+        assert_eq!(env.status()["revision"], good.as_str(), "still in force");
+        assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "signed");
+        ready["message"].as_str().unwrap().to_string()
+    };
+    // Unsigned.
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "unsigned")]));
+    let unsigned = env.repo.commit("unsigned");
+    let m = rejected("the unsigned commit refused", &unsigned);
+    assert!(m.contains(&unsigned) && m.contains("is not signed"), "{m}");
+    // Signed by a key that is not allowed.
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "stranger")]));
+    let strange = signed_commit(&env.repo, &stranger, "stranger");
+    let m = rejected("the stranger's commit refused", &strange);
+    assert!(m.contains("not in allowedSigners"), "{m}");
+    // Signed again by the trusted key: applied.
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "trusted again")]));
+    let again = signed_commit(&env.repo, &trusted, "trusted again");
+    env.wait(
+        "the trusted commit applied",
+        Duration::from_secs(30),
+        || env.status()["revision"] == again.as_str(),
+    );
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "trusted again"
+    );
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}

@@ -103,6 +103,8 @@ pub struct App {
     progressing_since: Option<std::time::SystemTime>,
     /// Each file of the newest tree parsed, by (path, blob id).
     parsed: HashMap<(String, String), Arc<manifest::FileResult>>,
+    /// With `source.verify`: the keys a commit must be signed by to be applied.
+    signers: Option<Arc<source::AllowedSigners>>,
 }
 
 impl App {
@@ -193,11 +195,18 @@ impl App {
             held_keys: BTreeSet::new(),
             progressing_since,
             parsed: HashMap::new(),
+            signers: None,
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
             stop: None,
         })
+    }
+
+    /// Applies only commits signed by one of `signers` (`source.verify`).
+    pub fn with_signers(mut self, signers: Arc<source::AllowedSigners>) -> Self {
+        self.signers = Some(signers);
+        self
     }
 
     /// Assesses health with these custom rules before the built-in ones.
@@ -562,6 +571,30 @@ impl App {
             return Ok(());
         }
         self.last_attempted = Some(revision.clone());
+        if let Some(signers) = self.signers.clone() {
+            match self.git.verify(&repo, &revision, signers).await {
+                Ok(principal) => {
+                    tracing::info!(revision = %revision.short(), signer = %principal, "Commit signature verified");
+                }
+                Err(e @ source::Error::SignatureRejected { .. }) => {
+                    let message = format!("{e}; not applied (source.verify)");
+                    tracing::warn!(error = %message, "Revision not applied; the revision in force stays enforced");
+                    self.diagnostics.clear();
+                    self.problem = Some(Problem::Invalid {
+                        reason: "SignatureRejected",
+                        message,
+                    });
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.problem = Some(Problem::Source {
+                        reason: "FetchFailed",
+                        message: error_chain(&e),
+                    });
+                    return Err(());
+                }
+            }
+        }
         let files = match self
             .git
             .read(&repo, &revision, &self.cfg.source.path.value)
