@@ -492,6 +492,37 @@ pub struct GitCache {
     locks: Arc<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
     /// Credentials and host keys by repository URL.
     auth: Arc<Mutex<HashMap<String, Arc<Auth>>>>,
+    /// Fetch requests gathered per repository cache.
+    gather: Arc<Mutex<HashMap<PathBuf, Arc<Mutex<Gather>>>>>,
+    /// Transfers started (each one listing of a remote, and one fetch when something is new).
+    transfers: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How long a fetch waits for other apps of the same repository asking at the same moment
+/// (a webhook triggers them all, they all start together), so that one fetch serves them.
+pub const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The refs asked of one repository cache, and the last fetch's results.
+#[derive(Debug, Default)]
+struct Gather {
+    /// Refs asked for and not yet taken by a fetch.
+    wanted: std::collections::BTreeSet<Option<String>>,
+    /// When the last fetch listed the remote, and what it found per ref.
+    done: Option<(std::time::Instant, HashMap<Option<String>, Fetched>)>,
+}
+
+impl Gather {
+    /// The result for `reference` of a fetch that listed the remote after `asked`.
+    fn done_since(&self, asked: std::time::Instant, reference: &Option<String>) -> Option<Fetched> {
+        let (listed, results) = self.done.as_ref()?;
+        if *listed < asked {
+            return None;
+        }
+        results.get(reference).map(|f| Fetched {
+            received_objects: 0,
+            ..f.clone()
+        })
+    }
 }
 
 impl GitCache {
@@ -501,6 +532,8 @@ impl GitCache {
             dir: dir.into(),
             locks: Arc::default(),
             auth: Arc::default(),
+            gather: Arc::default(),
+            transfers: Arc::default(),
         }
     }
 
@@ -578,20 +611,94 @@ impl GitCache {
         let lock = self.lock_for(&path);
         let auth = self.auth_for(url);
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reference = reference.map(str::to_string);
+        let by_id = reference
+            .as_deref()
+            .is_some_and(|r| !r.starts_with("refs/") && looks_like_commit_id(r));
+        let asked = std::time::Instant::now();
+        let gather = self.gather_for(&path);
+        if !by_id {
+            gather
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .wanted
+                .insert(reference.clone());
+        }
+        let transfers = self.transfers.clone();
         let task = {
             let cancel = cancel.clone();
             let url = url.to_string();
-            let reference = reference.map(str::to_string);
             async move {
                 let guard = lock.lock_owned().await;
                 let span = tracing::info_span!("git_fetch", url = %redact_url(&url));
-                tokio::task::spawn_blocking(move || {
+                if by_id {
+                    transfers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let id = reference.unwrap_or_default();
+                    return tokio::task::spawn_blocking(move || {
+                        let _guard = guard;
+                        let _span = span.entered();
+                        fetch_commit_blocking(&path, &url, &id, auth.as_deref(), &cancel)
+                    })
+                    .await
+                    .map_err(Error::TaskFailed)?;
+                }
+                // A fetch that listed the remote after this request was made saw everything
+                // this one would: its result is shared (one fetch per repository for the apps
+                // that asked together).
+                if let Some(f) = gather
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .done_since(asked, &reference)
+                {
+                    tracing::debug!(parent: &span, "Fetch shared with another app of the same repository");
+                    return Ok(f);
+                }
+                // Lead: let the apps asking at the same moment join, then fetch every ref asked
+                // for in one listing and one transfer.
+                tokio::time::sleep(GATHER).await;
+                let refs: Vec<Option<String>> = {
+                    let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut refs: Vec<Option<String>> =
+                        std::mem::take(&mut g.wanted).into_iter().collect();
+                    if !refs.contains(&reference) {
+                        refs.push(reference.clone());
+                    }
+                    refs
+                };
+                let listed = std::time::Instant::now();
+                transfers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let shown = redact_url(&url);
+                let shared = gather.clone();
+                let mine = reference.clone();
+                let mine = tokio::task::spawn_blocking(move || {
                     let _guard = guard;
                     let _span = span.entered();
-                    fetch_blocking(&path, &url, reference.as_deref(), auth.as_deref(), &cancel)
+                    let results =
+                        fetch_refs_blocking(&path, &url, &refs, auth.as_deref(), &cancel)?;
+                    // Shared before the cache's lock is released, so that whoever takes it
+                    // next finds the results.
+                    let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut done = HashMap::new();
+                    let mut found = None;
+                    for (r, result) in results {
+                        if let Ok(f) = &result {
+                            done.insert(r.clone(), f.clone());
+                        }
+                        if r == mine {
+                            found = Some(result);
+                        }
+                    }
+                    g.done = Some((listed, done));
+                    Ok(found)
                 })
                 .await
-                .map_err(Error::TaskFailed)?
+                .map_err(Error::TaskFailed)??;
+                mine.unwrap_or_else(|| {
+                    Err(Error::RefNotFound {
+                        reference: reference.unwrap_or_else(|| "HEAD".into()),
+                        url: shown,
+                    })
+                })
             }
         };
         match tokio::time::timeout(timeout, task).await {
@@ -604,6 +711,17 @@ impl GitCache {
                 })
             }
         }
+    }
+
+    /// How many transfers with remotes this cache started (fetches shared by several
+    /// requests count once).
+    pub fn transfers(&self) -> u64 {
+        self.transfers.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn gather_for(&self, path: &Path) -> Arc<Mutex<Gather>> {
+        let mut g = self.gather.lock().unwrap_or_else(|e| e.into_inner());
+        g.entry(path.to_path_buf()).or_default().clone()
     }
 
     /// Fetches every remote ref whose full name `matches` accepts (the pull requests of a
@@ -737,35 +855,19 @@ fn looks_like_commit_id(s: &str) -> bool {
     (7..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
-fn fetch_blocking(
+/// Fetches `references` (each a branch, tag, full ref or `None` for the remote's HEAD) in one
+/// listing and one transfer. The outer error is the connection's (it concerns every ref); a ref
+/// the remote does not have is its own [`Error::RefNotFound`].
+fn fetch_refs_blocking(
     path: &Path,
     url: &str,
-    reference: Option<&str>,
+    references: &[Option<String>],
     auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
-) -> Result<Fetched> {
+) -> Result<Vec<(Option<String>, Result<Fetched>)>> {
     let repo = open_or_init(path)?;
     let session = Session::new(auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
-    let not_found = || Error::RefNotFound {
-        reference: reference.unwrap_or("HEAD").to_string(),
-        url: redact_url(url),
-    };
-    // A full commit id already in the cache needs no network at all: commits are immutable.
-    if let Some(r) = reference
-        && r.len() >= 40
-        && looks_like_commit_id(r)
-        && let Ok(oid) = Oid::from_str(r)
-        && repo.find_commit(oid).is_ok()
-    {
-        return Ok(Fetched {
-            revision: Revision(oid.to_string()),
-            resolved_ref: oid.to_string(),
-            received_objects: 0,
-            previous: None,
-            rewritten: false,
-        });
-    }
     let is_local = !url.contains("://") && !url.contains('@');
     if is_local && !Path::new(url).exists() {
         return Err(Error::RepositoryNotFound {
@@ -790,102 +892,158 @@ fn fetch_blocking(
         (heads, default_branch)
     };
     let has = |name: &str| heads.iter().any(|(n, _)| n == name);
-    // Which remote ref to fetch, or a commit id to find among all of them.
-    let wanted: Option<String> = match reference {
-        None | Some("HEAD") => Some(default_branch.clone().ok_or_else(not_found)?),
-        Some(r) if r.starts_with("refs/") => has(r).then(|| r.to_string()),
-        Some(r) => {
-            let branch = format!("refs/heads/{r}");
-            let tag = format!("refs/tags/{r}");
-            if has(&branch) {
-                Some(branch)
-            } else if has(&tag) {
-                Some(tag)
-            } else {
-                None
+    // The remote ref each reference names.
+    let resolve = |reference: Option<&str>| -> Option<String> {
+        match reference {
+            None | Some("HEAD") => default_branch.clone().filter(|b| has(b)),
+            Some(r) if r.starts_with("refs/") => has(r).then(|| r.to_string()),
+            Some(r) => {
+                let branch = format!("refs/heads/{r}");
+                let tag = format!("refs/tags/{r}");
+                if has(&branch) {
+                    Some(branch)
+                } else if has(&tag) {
+                    Some(tag)
+                } else {
+                    None
+                }
             }
         }
     };
-    let mut opts = FetchOptions::new();
-    opts.remote_callbacks(session.callbacks());
-    opts.download_tags(AutotagOption::None);
-    opts.update_fetchhead(false);
-    let received = |remote: &git2::Remote<'_>| remote.stats().received_objects();
-    match wanted {
-        Some(name) => {
-            if !has(&name) {
-                return Err(not_found());
-            }
-            let local = local_ref(&name);
-            let before = repo.refname_to_id(&local).ok();
-            let spec = format!("+{name}:{local}");
-            if shallow_ok(url) {
-                // Only the commit itself is needed: a shallow fetch moves the least data.
-                opts.depth(1);
-            }
-            remote
-                .fetch(&[spec.as_str()], Some(&mut opts), None)
-                .map_err(fetch_failed)?;
-            let received_objects = received(&remote);
-            let commit = repo
-                .find_reference(&local)
+    let resolved: Vec<(Option<String>, Option<String>)> = references
+        .iter()
+        .map(|r| (r.clone(), resolve(r.as_deref())))
+        .collect();
+    let mut names: Vec<String> = resolved.iter().filter_map(|(_, n)| n.clone()).collect();
+    names.sort();
+    names.dedup();
+    let before: HashMap<String, Option<Oid>> = names
+        .iter()
+        .map(|n| (n.clone(), repo.refname_to_id(&local_ref(n)).ok()))
+        .collect();
+    let mut received_objects = 0;
+    if !names.is_empty() {
+        let specs: Vec<String> = names
+            .iter()
+            .map(|n| format!("+{n}:{}", local_ref(n)))
+            .collect();
+        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+        let mut opts = FetchOptions::new();
+        opts.remote_callbacks(session.callbacks());
+        opts.download_tags(AutotagOption::None);
+        opts.update_fetchhead(false);
+        if shallow_ok(url) {
+            // Only the commits themselves are needed: a shallow fetch moves the least data.
+            opts.depth(1);
+        }
+        remote
+            .fetch(&specs, Some(&mut opts), None)
+            .map_err(fetch_failed)?;
+        received_objects = remote.stats().received_objects();
+    }
+    let mut out = Vec::new();
+    for (reference, name) in resolved {
+        let result = match name {
+            None => Err(Error::RefNotFound {
+                reference: reference.clone().unwrap_or_else(|| "HEAD".into()),
+                url: redact_url(url),
+            }),
+            Some(name) => repo
+                .find_reference(&local_ref(&name))
                 .and_then(|r| r.peel_to_commit())
                 .map_err(|source| Error::ReadFailed {
                     what: format!("ref {name}"),
                     source,
-                })?;
-            let previous = before.filter(|b| *b != commit.id());
-            // A shallow cache lacks the history to tell; then this says false.
-            let rewritten = previous.is_some_and(|old| {
-                repo.find_commit(old).is_ok()
-                    && !repo.graph_descendant_of(commit.id(), old).unwrap_or(true)
-                    && !repo.is_shallow()
-            });
-            Ok(Fetched {
-                revision: Revision(commit.id().to_string()),
-                resolved_ref: name,
-                received_objects,
-                previous: previous.map(|o| Revision(o.to_string())),
-                rewritten,
-            })
-        }
-        None => {
-            let r = reference.unwrap_or_default();
-            if !looks_like_commit_id(r) {
-                return Err(not_found());
-            }
-            // A commit id: fetch every branch and tag, then look for it.
-            remote
-                .fetch(
-                    &[
-                        "+refs/heads/*:refs/driftless/heads/*",
-                        "+refs/tags/*:refs/driftless/tags/*",
-                    ],
-                    Some(&mut opts),
-                    None,
-                )
-                .map_err(fetch_failed)?;
-            let received_objects = received(&remote);
-            let commit = repo
-                .revparse_single(r)
-                .and_then(|o| o.peel_to_commit())
-                .map_err(|_| not_found())?;
-            // Keep it reachable in the cache whatever happens to the branches.
-            let pin = format!("refs/driftless/commits/{}", commit.id());
-            repo.reference(&pin, commit.id(), true, "driftless: pinned commit")
-                .map_err(|source| Error::ReadFailed {
-                    what: format!("commit {r}"),
-                    source,
-                })?;
-            Ok(Fetched {
-                revision: Revision(commit.id().to_string()),
-                resolved_ref: commit.id().to_string(),
-                received_objects,
-                previous: None,
-                rewritten: false,
-            })
-        }
+                })
+                .map(|commit| {
+                    let previous = before
+                        .get(&name)
+                        .copied()
+                        .flatten()
+                        .filter(|b| *b != commit.id());
+                    // A shallow cache lacks the history to tell; then this says false.
+                    let rewritten = previous.is_some_and(|old| {
+                        repo.find_commit(old).is_ok()
+                            && !repo.is_shallow()
+                            && !repo.graph_descendant_of(commit.id(), old).unwrap_or(true)
+                    });
+                    Fetched {
+                        revision: Revision(commit.id().to_string()),
+                        resolved_ref: name,
+                        received_objects,
+                        previous: previous.map(|o| Revision(o.to_string())),
+                        rewritten,
+                    }
+                }),
+        };
+        out.push((reference, result));
     }
+    Ok(out)
+}
+
+/// Fetches a commit id: from the cache when it is there (commits are immutable), else every
+/// branch and tag of the remote, then looks for it and pins it.
+fn fetch_commit_blocking(
+    path: &Path,
+    url: &str,
+    id: &str,
+    auth: Option<&Auth>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Fetched> {
+    let repo = open_or_init(path)?;
+    let session = Session::new(auth, cancel);
+    let fetch_failed = |source| session.classify(url, source);
+    let not_found = || Error::RefNotFound {
+        reference: id.to_string(),
+        url: redact_url(url),
+    };
+    let found = |commit: git2::Commit<'_>, received_objects| Fetched {
+        revision: Revision(commit.id().to_string()),
+        resolved_ref: commit.id().to_string(),
+        received_objects,
+        previous: None,
+        rewritten: false,
+    };
+    if id.len() >= 40
+        && let Ok(oid) = Oid::from_str(id)
+        && let Ok(commit) = repo.find_commit(oid)
+    {
+        return Ok(found(commit, 0));
+    }
+    let is_local = !url.contains("://") && !url.contains('@');
+    if is_local && !Path::new(url).exists() {
+        return Err(Error::RepositoryNotFound {
+            url: redact_url(url),
+        });
+    }
+    let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
+    let mut opts = FetchOptions::new();
+    opts.remote_callbacks(session.callbacks());
+    opts.download_tags(AutotagOption::None);
+    opts.update_fetchhead(false);
+    remote
+        .fetch(
+            &[
+                "+refs/heads/*:refs/driftless/heads/*",
+                "+refs/tags/*:refs/driftless/tags/*",
+            ],
+            Some(&mut opts),
+            None,
+        )
+        .map_err(fetch_failed)?;
+    let received_objects = remote.stats().received_objects();
+    let commit = repo
+        .revparse_single(id)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|_| not_found())?;
+    // Keep it reachable in the cache whatever happens to the branches.
+    let pin = format!("refs/driftless/commits/{}", commit.id());
+    repo.reference(&pin, commit.id(), true, "driftless: pinned commit")
+        .map_err(|source| Error::ReadFailed {
+            what: format!("commit {id}"),
+            source,
+        })?;
+    Ok(found(commit, received_objects))
 }
 
 /// A remote ref fetched by [`GitCache::fetch_matching`].

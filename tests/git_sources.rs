@@ -189,7 +189,7 @@ fn http_tokens_authenticate_and_refusals_keep_the_revision_in_force() {
 
 /// A TCP proxy to `target` that, while `cut_after` is non-zero, closes each connection once it
 /// has passed that many bytes from the server: a transfer cut in the middle of a pack.
-async fn proxy(target: u16, cut_after: Arc<AtomicUsize>) -> u16 {
+async fn proxy(target: u16, cut_after: Arc<AtomicUsize>, connections: Arc<AtomicUsize>) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -198,6 +198,7 @@ async fn proxy(target: u16, cut_after: Arc<AtomicUsize>) -> u16 {
             let Ok((client, _)) = listener.accept().await else {
                 return;
             };
+            connections.fetch_add(1, Ordering::SeqCst);
             let cut = cut_after.load(Ordering::SeqCst);
             tokio::spawn(async move {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -238,7 +239,7 @@ async fn a_pack_cut_in_the_middle_leaves_the_cache_usable_and_the_revision_in_fo
     let bare = bare_clone(&env.repo, served.path());
     let daemon = common::GitDaemon::start(served.path());
     let cut_after = Arc::new(AtomicUsize::new(0));
-    let port = proxy(daemon.port, cut_after.clone()).await;
+    let port = proxy(daemon.port, cut_after.clone(), Arc::default()).await;
     config(&env, &format!("git://127.0.0.1:{port}/web.git"), "");
     let agent = env.agent();
     env.wait("first sync over git://", Duration::from_secs(30), || {
@@ -460,4 +461,52 @@ fn only_commits_signed_by_an_allowed_key_are_applied() {
     );
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_of_one_repository_asking_together_share_one_fetch() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let main = repo.commit("main");
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write("app/b.yaml", configmap("b", &[]));
+    let feature = repo.commit("feature");
+    repo.git(&["checkout", "-q", "main"]);
+    let served = tempfile::tempdir().unwrap();
+    let bare = served.path().join("web.git");
+    repo.git(&["clone", "-q", "--bare", ".", bare.to_str().unwrap()]);
+    let daemon = common::GitDaemon::start(served.path());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let port = proxy(daemon.port, Arc::default(), connections.clone()).await;
+    let url = format!("git://127.0.0.1:{port}/web.git");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = driftless::source::GitCache::new(dir.path());
+    // Two apps (two branches) and a third on main, all at once: one listing, one transfer.
+    let (a, b, c) = tokio::join!(
+        cache.fetch(&url, Some("main")),
+        cache.fetch(&url, Some("feature")),
+        cache.fetch(&url, None),
+    );
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    assert_eq!(a.revision.0, main);
+    assert_eq!(b.revision.0, feature);
+    assert_eq!(c.revision.0, main);
+    assert_eq!(
+        cache.transfers(),
+        1,
+        "one listing and one transfer for the three"
+    );
+    let mut received = [a.received_objects, b.received_objects, c.received_objects];
+    received.sort();
+    assert_eq!(received[..2], [0, 0], "two of them got the shared result");
+    assert!(connections.load(Ordering::SeqCst) >= 2);
+    // Asked later: a fetch of its own (a push may have come in between).
+    repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    let newer = repo.commit("newer");
+    repo.git(&["push", "-q", bare.to_str().unwrap(), "main"]);
+    assert_eq!(
+        cache.fetch(&url, Some("main")).await.unwrap().revision.0,
+        newer
+    );
+    assert_eq!(cache.transfers(), 2);
 }
