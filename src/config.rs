@@ -826,6 +826,24 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             ));
         }
     }
+    // Apps on one repository share its cache and its connections: they must reach it the same
+    // way, or one app's settings (an unchecked host key) would serve the other.
+    for (i, app) in config.apps.iter().enumerate() {
+        for (j, other) in config.apps.iter().enumerate().take(i) {
+            if other.source.repo.value == app.source.repo.value
+                && format!("{:?}", other.source.auth) != format!("{:?}", app.source.auth)
+            {
+                return Err(invalid(
+                    &app.source.repo.referenced,
+                    format!("apps[{i}].source.auth"),
+                    format!(
+                        "app `{}` uses the same repository as app `{}` (apps[{j}]) with another source.auth; give both the same",
+                        app.name.value, other.name.value
+                    ),
+                ));
+            }
+        }
+    }
     validate_server(&config.server, &invalid)?;
     for (i, rule) in config.health.iter().enumerate() {
         if rule.healthy.is_none() && rule.progressing.is_none() && rule.degraded.is_none() {
@@ -1170,6 +1188,9 @@ pub fn read_secret(
         field: field.to_string(),
         message,
     };
+    if secret.value.env.is_some() && secret.value.file.is_some() {
+        return Err(fail("give `env: NAME` or `file: PATH`, not both".into()));
+    }
     let value = match (&secret.value.env, &secret.value.file) {
         (Some(name), _) => std::env::var(name)
             .map_err(|_| fail(format!("the environment variable `{name}` is not set")))?,
@@ -1298,6 +1319,13 @@ mod tests {
             "apps:\n- name: a\n  source:\n    repo: https://h/r.git\n    auth: {tokn: {env: T}}\n",
         );
         assert!(e.contains("unknown field `tokn`"), "{e}");
+        let e = err(
+            "apps:\n- name: a\n  source: {repo: ssh://git@h/r.git, auth: {insecureSkipHostKeyCheck: true}}\n- name: b\n  source:\n    repo: ssh://git@h/r.git\n    auth: {knownHosts: {file: kh}}\n",
+        );
+        assert!(
+            e.contains(":6:11: apps[1].source.auth: app `b` uses the same repository as app `a`"),
+            "{e}"
+        );
         parse_str("apps:\n- name: a\n  source:\n    repo: ssh://git@h/r.git\n    auth: {insecureSkipHostKeyCheck: true}\n").unwrap();
         let v = parse_str("apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: HEAD, allowedSigners: {file: signers}}\n").unwrap();
         let verify = v.config.apps[0].source.verify.as_ref().unwrap();

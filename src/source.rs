@@ -199,21 +199,31 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
+    // The last `@` ends the user information, even when a badly written password holds a
+    // `/`; an `@` in a path hides more than needed, never less.
+    match rest.rsplit_once('@') {
         Some((userinfo, host)) => {
-            let shown = if scheme.starts_with("http") || userinfo.contains(':') {
-                "***"
-            } else {
-                userinfo
-            };
-            format!("{scheme}://{shown}@{host}{path}")
+            let keep =
+                !scheme.starts_with("http") && !userinfo.contains(':') && !userinfo.contains('/');
+            let shown = if keep { userinfo } else { "***" };
+            format!("{scheme}://{shown}@{host}")
         }
         None => url.to_string(),
     }
+}
+
+/// The host (and port) of a URL, lowercase: `https://u@Host:8443/x` gives `host:8443`;
+/// scp-like `git@host:path` gives `host`.
+fn host_of(url: &str) -> Option<String> {
+    let rest = match url.split_once("://") {
+        Some((_, rest)) => rest,
+        None => url.split_once(':')?.0,
+    };
+    let authority = match rest.rsplit_once('@') {
+        Some((_, h)) => h.split('/').next().unwrap_or(h),
+        None => rest.split('/').next().unwrap_or(rest),
+    };
+    Some(authority.to_ascii_lowercase())
 }
 
 /// OpenSSH's fingerprint of a public key blob: `SHA256:` and the unpadded base64 of its
@@ -233,7 +243,26 @@ pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()
     let mut listed = false;
     for line in known_hosts.lines() {
         let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('@') {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        // `@revoked hosts type key`: that key is refused wherever it is offered.
+        if let Some(revoked) = line.strip_prefix("@revoked") {
+            let key = revoked.split_whitespace().nth(2);
+            if key.is_some_and(|k| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(k)
+                    .is_ok_and(|k| k == blob)
+            }) {
+                return Err(Error::HostKeyMismatch {
+                    host: host.to_string(),
+                    fingerprint: fingerprint(blob),
+                    changed: true,
+                });
+            }
+            continue;
+        }
+        if line.starts_with('@') {
             continue;
         }
         let mut fields = line.split_whitespace();
@@ -264,6 +293,8 @@ pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()
 
 /// One connection's callbacks and what they saw, to tell why a transfer failed.
 struct Session<'s> {
+    /// The host (and port) of the configured URL: credentials go there and nowhere else.
+    host: Option<String>,
     auth: Option<&'s Auth>,
     cancel: &'s std::sync::atomic::AtomicBool,
     /// A host key refused by the check.
@@ -271,8 +302,9 @@ struct Session<'s> {
 }
 
 impl<'s> Session<'s> {
-    fn new(auth: Option<&'s Auth>, cancel: &'s std::sync::atomic::AtomicBool) -> Self {
+    fn new(url: &str, auth: Option<&'s Auth>, cancel: &'s std::sync::atomic::AtomicBool) -> Self {
         Self {
+            host: host_of(url),
             auth,
             cancel,
             rejected: std::cell::RefCell::new(None),
@@ -287,7 +319,13 @@ impl<'s> Session<'s> {
         cb.sideband_progress(|_| !self.cancel.load(std::sync::atomic::Ordering::Relaxed));
         // Per connection: libgit2 asks again after a refusal, and once is enough to know.
         let mut given = 0u32;
-        cb.credentials(move |_url, user_from_url, allowed| {
+        cb.credentials(move |asking, user_from_url, allowed| {
+            // A redirect to another host never gets the credentials.
+            if host_of(asking) != self.host {
+                return Err(git2::Error::from_str(
+                    "refusing to send credentials to another host than the configured one (a redirect?)",
+                ));
+            }
             let Some(auth) = self.auth else {
                 return Err(git2::Error::from_str(
                     "the server asks for credentials and the app has no source.auth",
@@ -400,12 +438,28 @@ impl AllowedSigners {
                 continue;
             }
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let Some(kind_at) = fields.iter().position(|f| {
-                f.starts_with("ssh-") || f.starts_with("ecdsa-") || f.starts_with("sk-")
-            }) else {
-                return Err(format!("line {}: no key type (ssh-ed25519 ...)", i + 1));
+            // The first field is the principals, whatever it looks like.
+            let Some(kind_at) = fields
+                .iter()
+                .skip(1)
+                .position(|f| {
+                    f.starts_with("ssh-") || f.starts_with("ecdsa-") || f.starts_with("sk-")
+                })
+                .map(|p| p + 1)
+            else {
+                return Err(format!(
+                    "line {}: expected `principals [options] keytype key`",
+                    i + 1
+                ));
             };
-            let options = fields[1..kind_at].join(" ");
+            // Option names are case-insensitive, as ssh-keygen reads them.
+            let options = fields[1..kind_at].join(" ").to_ascii_lowercase();
+            if options.contains("valid-after") || options.contains("valid-before") {
+                return Err(format!(
+                    "line {}: valid-after and valid-before are not supported; remove the key or the option",
+                    i + 1
+                ));
+            }
             if options.contains("cert-authority") {
                 continue;
             }
@@ -866,7 +920,7 @@ fn fetch_refs_blocking(
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<(Option<String>, Result<Fetched>)>> {
     let repo = open_or_init(path)?;
-    let session = Session::new(auth, cancel);
+    let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
     let is_local = !url.contains("://") && !url.contains('@');
     if is_local && !Path::new(url).exists() {
@@ -991,7 +1045,7 @@ fn fetch_commit_blocking(
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Fetched> {
     let repo = open_or_init(path)?;
-    let session = Session::new(auth, cancel);
+    let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
     let not_found = || Error::RefNotFound {
         reference: id.to_string(),
@@ -1071,7 +1125,7 @@ fn fetch_matching_blocking(
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<RemoteHead>> {
     let repo = open_or_init(path)?;
-    let session = Session::new(auth, cancel);
+    let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
     let is_local = !url.contains("://") && !url.contains('@');
     if is_local && !Path::new(url).exists() {
@@ -1503,6 +1557,21 @@ mod tests {
                 .unwrap_err()
                 .starts_with("line 2:")
         );
+        assert!(
+            AllowedSigners::parse(key)
+                .unwrap_err()
+                .starts_with("line 1:"),
+            "no principal: no panic"
+        );
+        let odd = AllowedSigners::parse(&format!("ssh-deploy@example.com {key}")).unwrap();
+        assert_eq!(odd.len(), 1);
+        let upper = AllowedSigners::parse(&format!("a@b NAMESPACES=\"file\" {key}")).unwrap();
+        assert!(upper.is_empty(), "option names are case-insensitive");
+        assert!(
+            AllowedSigners::parse(&format!("a@b valid-before=\"20200101\" {key}"))
+                .unwrap_err()
+                .contains("not supported")
+        );
     }
 
     #[test]
@@ -1518,8 +1587,22 @@ mod tests {
         assert_eq!(redact_url("/srv/r.git"), "/srv/r.git");
         assert_eq!(
             redact_url("https://h/a@b"),
-            "https://h/a@b",
-            "an @ in the path is no user"
+            "https://***@b",
+            "more hidden, never less"
+        );
+        assert_eq!(
+            redact_url("https://user:ab/cd@127.0.0.1:1/r.git"),
+            "https://***@127.0.0.1:1/r.git",
+            "a slash in a password"
+        );
+        assert_eq!(
+            host_of("https://u:p@Host:8443/x").as_deref(),
+            Some("host:8443")
+        );
+        assert_eq!(host_of("https://Host:8443/x").as_deref(), Some("host:8443"));
+        assert_eq!(
+            host_of("git@github.com:acme/web.git").as_deref(),
+            Some("github.com")
         );
     }
 

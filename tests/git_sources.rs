@@ -510,3 +510,33 @@ async fn apps_of_one_repository_asking_together_share_one_fetch() {
     );
     assert_eq!(cache.transfers(), 2);
 }
+
+#[test]
+fn turning_verification_on_checks_the_revision_in_force() {
+    let env = Env::new();
+    let keys = tempfile::tempdir().unwrap();
+    let trusted_pub = ssh_keygen(&keys.path().join("trusted"));
+    let f: Vec<&str> = trusted_pub.split_whitespace().collect();
+    std::fs::write(
+        env.dir.path().join("allowed_signers"),
+        format!("alice@example.com {} {}\n", f[0], f[1]),
+    )
+    .unwrap();
+    config(&env, &env.repo.url(), "");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let head = env.repo.head();
+    config(
+        &env,
+        &env.repo.url(),
+        "      verify: {mode: head, allowedSigners: {file: allowed_signers}}\n",
+    );
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let ready = condition(&env, "Ready");
+    assert_eq!(ready["reason"], "SignatureRejected", "{ready}");
+    assert!(
+        ready["message"].as_str().unwrap().contains(&head),
+        "{ready}"
+    );
+}

@@ -465,3 +465,22 @@ async fn ssh_keys_authenticate_and_host_keys_are_checked_strictly() {
     let e = cache.fetch(&url, None).await.unwrap_err();
     assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
 }
+
+#[tokio::test]
+async fn credentials_never_follow_a_redirect_to_another_host() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    repo.commit("c");
+    let target = common::HttpsGitServer::start_with(false, Some(("git", "s3cret-token")));
+    target.publish(&repo, "web");
+    // `localhost` is another host than `127.0.0.1` as far as credentials go.
+    let redirector =
+        common::HttpsGitServer::redirecting_to(&format!("http://localhost:{}", target.port));
+    let url = format!("http://127.0.0.1:{}/web.git", redirector.port);
+    let (_d, cache) = cache();
+    cache.set_auth(&url, basic_auth("s3cret-token"));
+    let e = cache.fetch(&url, None).await.unwrap_err();
+    let shown = format!("{e} {}", driftless::reconcile::error_chain(&e));
+    assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
+    assert!(shown.contains("another host"), "{shown}");
+}

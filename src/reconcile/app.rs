@@ -461,9 +461,21 @@ impl App {
     /// What the app reads and how: the repository, the path and the default namespace. The
     /// same revision read with another of these is another desired set.
     fn source_identity(&self) -> String {
+        // Stored in the inventory: the URL without credentials. Turning signature checks on
+        // (or changing whom they trust) makes the revision in force be verified again.
+        let verify = self
+            .cfg
+            .source
+            .verify
+            .as_ref()
+            .and_then(|v| v.allowed_signers.as_ref())
+            .map(|f| format!(" verify={:?}/{:?}", f.value.env, f.value.file))
+            .unwrap_or_default();
         format!(
-            "repo={} path={} namespace={}",
-            self.cfg.source.repo.value, self.cfg.source.path.value, self.cfg.target.namespace.value
+            "repo={} path={} namespace={}{verify}",
+            source::redact_url(&self.cfg.source.repo.value),
+            self.cfg.source.path.value,
+            self.cfg.target.namespace.value
         )
     }
 

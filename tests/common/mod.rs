@@ -131,6 +131,15 @@ impl HttpsGitServer {
     /// Starts the server over TLS or plain HTTP, requiring HTTP Basic `(user, password)` when
     /// given.
     pub fn start_with(tls: bool, basic: Option<(&str, &str)>) -> Self {
+        Self::start_full(tls, basic, None)
+    }
+
+    /// A plain HTTP server that answers every request with a redirect to `base`.
+    pub fn redirecting_to(base: &str) -> Self {
+        Self::start_full(false, None, Some(base))
+    }
+
+    fn start_full(tls: bool, basic: Option<(&str, &str)>, redirect: Option<&str>) -> Self {
         let root = tempfile::tempdir().unwrap();
         let cert = root.path().join("cert.pem");
         let key = root.path().join("key.pem");
@@ -167,6 +176,9 @@ impl HttpsGitServer {
         }
         if let Some((user, password)) = basic {
             cmd.args(["--user", user, "--password", password]);
+        }
+        if let Some(base) = redirect {
+            cmd.args(["--redirect", base]);
         }
         let mut child = cmd
             .stdout(std::process::Stdio::piped())

@@ -24,6 +24,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.backend()
 
     def backend(self):
+        if self.server.redirect is not None:
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.server.basic is not None:
             given = self.headers.get("Authorization", "")
             if given != "Basic " + self.server.basic:
@@ -80,10 +86,12 @@ def main():
     p.add_argument("--key")
     p.add_argument("--user")
     p.add_argument("--password")
+    p.add_argument("--redirect", help="answer every request with a 302 to this base URL")
     a = p.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.root = a.root
     server.basic = None
+    server.redirect = a.redirect
     if a.user is not None:
         import base64
         server.basic = base64.b64encode(("%s:%s" % (a.user, a.password)).encode()).decode()
