@@ -17,10 +17,7 @@ use serde_json::Value;
 fn condition(env: &Env, type_: &str) -> Value {
     env.status()["conditions"]
         .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
         .unwrap_or(Value::Null)
 }
 
@@ -539,4 +536,22 @@ fn turning_verification_on_checks_the_revision_in_force() {
         ready["message"].as_str().unwrap().contains(&head),
         "{ready}"
     );
+}
+
+#[test]
+fn an_app_that_never_fetched_does_not_claim_to_have_converged() {
+    let env = Env::new();
+    let server = common::HttpsGitServer::start_with(false, Some(("git", "right")));
+    let url = server.publish(&env.repo, "web");
+    std::fs::write(env.dir.path().join("token"), "wrong\n").unwrap();
+    config(&env, &url, "      auth:\n        token: {file: token}\n");
+    let agent = env.agent();
+    env.wait("AuthenticationFailed", Duration::from_secs(30), || {
+        condition(&env, "SourceAvailable")["reason"] == "AuthenticationFailed"
+    });
+    let progressing = condition(&env, "Progressing");
+    assert_eq!(progressing["reason"], "Initializing", "{progressing}");
+    assert_eq!(condition(&env, "Ready")["status"], "False");
+    assert_eq!(env.status()["revision"], Value::Null);
+    drop(agent);
 }

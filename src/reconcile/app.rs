@@ -1197,6 +1197,17 @@ impl App {
         }
         // Progress: True while converging within the deadline, False past it.
         match progressing_for {
+            // Nothing applied yet (the source never answered): not "converged".
+            None if self.in_force.is_none() => {
+                set_condition(
+                    &mut s.conditions,
+                    "Progressing",
+                    true,
+                    "Initializing",
+                    "no revision applied yet",
+                    &now,
+                );
+            }
             None => {
                 set_condition(
                     &mut s.conditions,
