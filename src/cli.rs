@@ -625,18 +625,28 @@ async fn load_apps(
         let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
             .instrument(span)
             .await?;
-        if let Some(v) = verify
-            && let Some(f) = &v.allowed_signers
-        {
+        if let Some(v) = verify {
             use secrecy::ExposeSecret as _;
-            let field = format!("apps[{index}].source.verify.allowedSigners");
-            let text = config::read_secret(&cfg.path, f, &field)?;
-            let signers = source::AllowedSigners::parse(text.expose_secret())
-                .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
-            if signers.is_empty() {
-                anyhow::bail!("{}: {field}: no key to trust", cfg.path.display());
+            let mut trust = source::Trust::default();
+            if let Some(f) = &v.allowed_signers {
+                let field = format!("apps[{index}].source.verify.allowedSigners");
+                let text = config::read_secret(&cfg.path, f, &field)?;
+                trust.ssh = source::AllowedSigners::parse(text.expose_secret())
+                    .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
             }
-            app = app.with_signers(Arc::new(signers));
+            if let Some(f) = &v.openpgp_keys {
+                let field = format!("apps[{index}].source.verify.openpgpKeys");
+                let text = config::read_secret(&cfg.path, f, &field)?;
+                trust.openpgp = source::OpenPgpKeys::parse(text.expose_secret())
+                    .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
+            }
+            if trust.ssh.is_empty() && trust.openpgp.is_empty() {
+                anyhow::bail!(
+                    "{}: apps[{index}].source.verify: no key to trust",
+                    cfg.path.display()
+                );
+            }
+            app = app.with_signers(Arc::new(trust));
         }
         if let Some(st) = status
             && !dry_run

@@ -345,7 +345,7 @@ pub struct VerifyConfig {
     /// The SSH keys allowed to sign, in `ssh-keygen`'s allowed_signers format.
     #[serde(default)]
     pub allowed_signers: Option<Spanned<SecretRef>>,
-    /// OpenPGP public keys: not verified yet (a config error says so).
+    /// Armored OpenPGP public keys (`gpg --armor --export`) allowed to sign.
     #[serde(default)]
     pub openpgp_keys: Option<Spanned<SecretRef>>,
 }
@@ -689,10 +689,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
         if let Some(st) = &mut app.status {
             resolve_secret(&mut st.token);
         }
-        if let Some(v) = &mut app.source.verify
-            && let Some(f) = &mut v.allowed_signers
-        {
-            resolve_secret(f);
+        if let Some(v) = &mut app.source.verify {
+            for f in [&mut v.allowed_signers, &mut v.openpgp_keys]
+                .into_iter()
+                .flatten()
+            {
+                resolve_secret(f);
+            }
         }
         if let Some(a) = &mut app.source.auth {
             for s in [
@@ -796,22 +799,15 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             validate_status(st, i, &invalid)?;
         }
         validate_auth(&app.source, i, &invalid)?;
-        if let Some(v) = &app.source.verify {
-            if let Some(k) = &v.openpgp_keys {
-                return Err(invalid(
-                    &k.referenced,
-                    format!("apps[{i}].source.verify.openpgpKeys"),
-                    "OpenPGP signatures are not verified yet; sign commits with SSH keys (git -c gpg.format=ssh) and give allowedSigners".into(),
-                ));
-            }
-            if v.allowed_signers.is_none() {
-                return Err(invalid(
-                    &app.source.repo.referenced,
-                    format!("apps[{i}].source.verify"),
-                    "give `allowedSigners: {file: PATH}` (ssh-keygen's allowed_signers format)"
-                        .into(),
-                ));
-            }
+        if let Some(v) = &app.source.verify
+            && v.allowed_signers.is_none()
+            && v.openpgp_keys.is_none()
+        {
+            return Err(invalid(
+                &app.source.repo.referenced,
+                format!("apps[{i}].source.verify"),
+                "give `allowedSigners: {file: PATH}` (SSH keys, in ssh-keygen's allowed_signers format) or `openpgpKeys: {file: PATH}` (armored OpenPGP public keys), or both".into(),
+            ));
         }
         if let Some(p) = &app.preview {
             validate_preview(p, app.status.is_some(), i, &invalid)?;
@@ -1330,13 +1326,18 @@ mod tests {
         let v = parse_str("apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: HEAD, allowedSigners: {file: signers}}\n").unwrap();
         let verify = v.config.apps[0].source.verify.as_ref().unwrap();
         assert_eq!(verify.mode, VerifyMode::Head);
-        let e =
-            err("apps:\n- name: a\n  source:\n    repo: x\n    verify: {openpgpKeys: {file: k}}\n");
+        let pgp = parse_str(
+            "apps:\n- name: a\n  source:\n    repo: x\n    verify: {openpgpKeys: {file: k}}\n",
+        )
+        .unwrap();
         assert!(
-            e.contains(
-                ":5:27: apps[0].source.verify.openpgpKeys: OpenPGP signatures are not verified yet"
-            ),
-            "{e}"
+            pgp.config.apps[0]
+                .source
+                .verify
+                .as_ref()
+                .unwrap()
+                .openpgp_keys
+                .is_some()
         );
         let e = err("apps:\n- name: a\n  source:\n    repo: x\n    verify: {mode: head}\n");
         assert!(

@@ -496,7 +496,7 @@ impl AllowedSigners {
     /// The principal whose key made `signature` (an armored `SSH SIGNATURE`) over `payload`.
     fn verify(&self, payload: &[u8], signature: &str) -> std::result::Result<String, String> {
         let sig = ssh_key::SshSig::from_pem(signature.trim())
-            .map_err(|_| "carries a signature that is not an SSH signature (OpenPGP signatures are not verified)".to_string())?;
+            .map_err(|e| format!("carries an unreadable SSH signature: {e}"))?;
         if sig.namespace() != "git" {
             return Err(format!(
                 "is signed for namespace `{}`, not `git`",
@@ -513,6 +513,99 @@ impl AllowedSigners {
         Err(format!(
             "is signed by a key that is not in allowedSigners, or the signature does not match ({signer})"
         ))
+    }
+}
+
+/// The OpenPGP public keys allowed to sign commits (armored blocks, as `gpg --armor --export`
+/// writes them; subkeys included). Verified with the `pgp` crate (rPGP). Key expiry and
+/// revocation are not checked.
+#[derive(Clone, Debug, Default)]
+pub struct OpenPgpKeys {
+    keys: Vec<pgp::SignedPublicKey>,
+}
+
+impl OpenPgpKeys {
+    /// Parses armored public keys.
+    ///
+    /// # Errors
+    ///
+    /// A message when the text holds no readable key, or a key whose self-signatures do not
+    /// verify.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        use pgp::Deserializable as _;
+        let (keys, _) =
+            pgp::SignedPublicKey::from_armor_many(std::io::Cursor::new(text.as_bytes()))
+                .map_err(|e| format!("cannot read the OpenPGP keys: {e}"))?;
+        let mut out = Vec::new();
+        for key in keys {
+            let key = key.map_err(|e| format!("cannot read an OpenPGP key: {e}"))?;
+            key.verify()
+                .map_err(|e| format!("an OpenPGP key's self-signature does not verify: {e}"))?;
+            out.push(key);
+        }
+        if out.is_empty() {
+            return Err("no OpenPGP public key found".into());
+        }
+        Ok(Self { keys: out })
+    }
+
+    /// How many keys are trusted.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// True when no key is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The fingerprint (hex) of the key whose primary key or subkey made `signature` (an
+    /// armored `PGP SIGNATURE`) over `payload`.
+    fn verify(&self, payload: &[u8], signature: &str) -> std::result::Result<String, String> {
+        use pgp::Deserializable as _;
+        use pgp::types::PublicKeyTrait as _;
+        let (sig, _) = pgp::StandaloneSignature::from_string(signature.trim())
+            .map_err(|e| format!("carries an unreadable OpenPGP signature: {e}"))?;
+        for key in &self.keys {
+            let hex = |f: &[u8]| f.iter().map(|b| format!("{b:02X}")).collect::<String>();
+            if sig.verify(key, payload).is_ok() {
+                return Ok(hex(key.fingerprint().as_bytes()));
+            }
+            for sub in &key.public_subkeys {
+                if sig.verify(&sub.key, payload).is_ok() {
+                    return Ok(hex(key.fingerprint().as_bytes()));
+                }
+            }
+        }
+        Err("is signed by an OpenPGP key that is not in openpgpKeys, or the signature does not match".into())
+    }
+}
+
+/// Whom a commit must be signed by (`source.verify`): SSH keys, OpenPGP keys, or both.
+#[derive(Clone, Debug, Default)]
+pub struct Trust {
+    /// SSH signers.
+    pub ssh: AllowedSigners,
+    /// OpenPGP keys.
+    pub openpgp: OpenPgpKeys,
+}
+
+impl Trust {
+    fn verify(&self, payload: &[u8], signature: &str) -> std::result::Result<String, String> {
+        let signature = signature.trim();
+        if signature.starts_with("-----BEGIN SSH SIGNATURE-----") {
+            if self.ssh.is_empty() {
+                return Err("is signed with SSH, and source.verify has no allowedSigners".into());
+            }
+            self.ssh.verify(payload, signature)
+        } else if signature.starts_with("-----BEGIN PGP SIGNATURE-----") {
+            if self.openpgp.is_empty() {
+                return Err("is signed with OpenPGP, and source.verify has no openpgpKeys".into());
+            }
+            self.openpgp.verify(payload, signature)
+        } else {
+            Err("carries a signature of an unknown kind (not SSH, not OpenPGP)".into())
+        }
     }
 }
 
@@ -824,7 +917,8 @@ impl GitCache {
         }
     }
 
-    /// Checks that `revision` (fetched from `url`) is signed by one of `signers`, as Flux's
+    /// Checks that `revision` (fetched from `url`) is signed by one of `signers` (SSH or
+    /// OpenPGP, by the signature's kind), as Flux's
     /// `verify: {mode: HEAD}` does. Returns the signer's principal.
     ///
     /// # Errors
@@ -835,7 +929,7 @@ impl GitCache {
         &self,
         url: &str,
         revision: &Revision,
-        signers: Arc<AllowedSigners>,
+        signers: Arc<Trust>,
     ) -> Result<String> {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();

@@ -555,3 +555,116 @@ fn an_app_that_never_fetched_does_not_claim_to_have_converged() {
     assert_eq!(env.status()["revision"], Value::Null);
     drop(agent);
 }
+
+/// A GnuPG home with a new Ed25519 signing key for `email`; returns its armored public key.
+fn gpg_key(home: &Path, email: &str) -> String {
+    let gpg = |args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .arg("--homedir")
+            .arg(home)
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .output()
+            .expect("gpg runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    gpg(&[
+        "--quick-gen-key",
+        &format!("Test <{email}>"),
+        "ed25519",
+        "sign",
+        "never",
+    ]);
+    gpg(&["--armor", "--export", email])
+}
+
+fn gpg_commit(repo: &GitRepo, home: &Path, email: &str, message: &str) -> String {
+    repo.git(&["add", "-A"]);
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.com",
+            "-c",
+            &format!("user.signingkey={email}"),
+            "commit",
+            "-q",
+            "-S",
+            "-m",
+            message,
+        ])
+        .current_dir(repo.path())
+        .env("GNUPGHOME", home)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    repo.head()
+}
+
+#[test]
+fn openpgp_signed_commits_are_verified_against_the_given_keys() {
+    let env = Env::new();
+    let homes = tempfile::tempdir().unwrap();
+    let (alice, mallory) = (homes.path().join("alice"), homes.path().join("mallory"));
+    for h in [&alice, &mallory] {
+        std::fs::create_dir(h).unwrap();
+        let mut perms = std::fs::metadata(h).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o700);
+        std::fs::set_permissions(h, perms).unwrap();
+    }
+    let public = gpg_key(&alice, "alice@example.com");
+    gpg_key(&mallory, "mallory@example.com");
+    std::fs::write(env.dir.path().join("keys.asc"), public).unwrap();
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "alice")]));
+    let good = gpg_commit(&env.repo, &alice, "alice@example.com", "alice");
+    config(
+        &env,
+        &env.repo.url(),
+        "      verify: {mode: head, openpgpKeys: {file: keys.asc}}\n",
+    );
+    let agent = env.agent();
+    env.wait("alice's commit applied", Duration::from_secs(30), || {
+        env.status()["revision"] == good.as_str()
+    });
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "mallory")]));
+    let bad = gpg_commit(&env.repo, &mallory, "mallory@example.com", "mallory");
+    env.wait("mallory's commit refused", Duration::from_secs(30), || {
+        env.status()["lastAttemptedRevision"] == bad.as_str()
+    });
+    let ready = condition(&env, "Ready");
+    assert_eq!(ready["reason"], "SignatureRejected", "{ready}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("not in openpgpKeys"),
+        "{ready}"
+    );
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "alice");
+    // An SSH-signed or unsigned commit is refused too (no allowedSigners given).
+    env.repo
+        .write("app/a.yaml", configmap("a", &[("k", "unsigned")]));
+    let unsigned = env.repo.commit("unsigned");
+    env.wait(
+        "the unsigned commit refused",
+        Duration::from_secs(30),
+        || env.status()["lastAttemptedRevision"] == unsigned.as_str(),
+    );
+    assert_eq!(env.status()["revision"], good.as_str());
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}

@@ -104,7 +104,7 @@ pub struct App {
     /// Each file of the newest tree parsed, by (path, blob id).
     parsed: HashMap<(String, String), Arc<manifest::FileResult>>,
     /// With `source.verify`: the keys a commit must be signed by to be applied.
-    signers: Option<Arc<source::AllowedSigners>>,
+    signers: Option<Arc<source::Trust>>,
 }
 
 impl App {
@@ -203,8 +203,8 @@ impl App {
         })
     }
 
-    /// Applies only commits signed by one of `signers` (`source.verify`).
-    pub fn with_signers(mut self, signers: Arc<source::AllowedSigners>) -> Self {
+    /// Applies only commits signed by a key `signers` trusts (`source.verify`).
+    pub fn with_signers(mut self, signers: Arc<source::Trust>) -> Self {
         self.signers = Some(signers);
         self
     }
@@ -468,8 +468,17 @@ impl App {
             .source
             .verify
             .as_ref()
-            .and_then(|v| v.allowed_signers.as_ref())
-            .map(|f| format!(" verify={:?}/{:?}", f.value.env, f.value.file))
+            .map(|v| {
+                let of = |f: &Option<serde_saphyr::Spanned<crate::config::SecretRef>>| {
+                    f.as_ref()
+                        .map(|f| format!("{:?}/{:?}", f.value.env, f.value.file))
+                };
+                format!(
+                    " verify={:?}+{:?}",
+                    of(&v.allowed_signers),
+                    of(&v.openpgp_keys)
+                )
+            })
             .unwrap_or_default();
         format!(
             "repo={} path={} namespace={}{verify}",
