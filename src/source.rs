@@ -236,9 +236,45 @@ pub fn fingerprint(blob: &[u8]) -> String {
     )
 }
 
-/// The verdict of known_hosts text on `host` offering key `blob`: `Ok` when listed, else the
-/// [`Error::HostKeyMismatch`] to report.
-pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()> {
+/// True when a known_hosts host pattern names `host` on `port` (`None`: the URL gave none,
+/// so any `[host]:port` entry matches too). Plain names are port 22; `[host]:port` entries
+/// name that port; hashed entries (`|1|salt|hash`, from `ssh-keyscan -H`) are the HMAC-SHA1 of
+/// that same name, as OpenSSH writes them. Wildcards are not read.
+fn host_pattern_matches(pattern: &str, host: &str, port: Option<u16>) -> bool {
+    use base64::Engine as _;
+    use hmac::{KeyInit, Mac};
+    let name = match port {
+        Some(p) if p != 22 => format!("[{host}]:{p}"),
+        _ => host.to_string(),
+    };
+    if let Some(hashed) = pattern.strip_prefix("|1|") {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let Some((salt, hash)) = hashed.split_once('|') else {
+            return false;
+        };
+        let (Ok(salt), Ok(hash)) = (b64.decode(salt), b64.decode(hash)) else {
+            return false;
+        };
+        let Ok(mut mac) = hmac::Hmac::<sha1::Sha1>::new_from_slice(&salt) else {
+            return false;
+        };
+        mac.update(name.as_bytes());
+        return mac.verify_slice(&hash).is_ok();
+    }
+    match port {
+        None => pattern == host || pattern.starts_with(&format!("[{host}]:")),
+        Some(_) => pattern == name,
+    }
+}
+
+/// The verdict of known_hosts text on `host` (reached on `port`, when the URL names one)
+/// offering key `blob`: `Ok` when listed, else the [`Error::HostKeyMismatch`] to report.
+pub fn check_known_host(
+    known_hosts: &str,
+    host: &str,
+    port: Option<u16>,
+    blob: &[u8],
+) -> Result<()> {
     use base64::Engine as _;
     let mut listed = false;
     for line in known_hosts.lines() {
@@ -272,7 +308,7 @@ pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()
         };
         let matches = hosts
             .split(',')
-            .any(|p| p == host || p.starts_with(&format!("[{host}]:")));
+            .any(|p| host_pattern_matches(p, host, port));
         if !matches {
             continue;
         }
@@ -295,6 +331,8 @@ pub fn check_known_host(known_hosts: &str, host: &str, blob: &[u8]) -> Result<()
 struct Session<'s> {
     /// The host (and port) of the configured URL: credentials go there and nowhere else.
     host: Option<String>,
+    /// The port the configured URL names, if any.
+    port: Option<u16>,
     auth: Option<&'s Auth>,
     cancel: &'s std::sync::atomic::AtomicBool,
     /// A host key refused by the check.
@@ -305,6 +343,7 @@ impl<'s> Session<'s> {
     fn new(url: &str, auth: Option<&'s Auth>, cancel: &'s std::sync::atomic::AtomicBool) -> Self {
         Self {
             host: host_of(url),
+            port: host_of(url).and_then(|h| h.rsplit_once(':').and_then(|(_, p)| p.parse().ok())),
             auth,
             cancel,
             rejected: std::cell::RefCell::new(None),
@@ -367,7 +406,12 @@ impl<'s> Session<'s> {
                 tracing::warn!(host, fingerprint = %fingerprint(blob), "SSH host key NOT CHECKED (insecureSkipHostKeyCheck: true): anyone between here and the server can pose as it");
                 return Ok(CertificateCheckStatus::CertificateOk);
             }
-            match check_known_host(auth.known_hosts.as_deref().unwrap_or(""), host, blob) {
+            match check_known_host(
+                auth.known_hosts.as_deref().unwrap_or(""),
+                host,
+                self.port,
+                blob,
+            ) {
                 Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
                 Err(e) => {
                     *self.rejected.borrow_mut() = Some(e);
@@ -1605,13 +1649,13 @@ mod tests {
             b64(key),
             b64(key)
         );
-        assert!(check_known_host(&text, "github.com", key).is_ok());
-        assert!(check_known_host(&text, "140.82.1.1", key).is_ok());
+        assert!(check_known_host(&text, "github.com", None, key).is_ok());
+        assert!(check_known_host(&text, "140.82.1.1", None, key).is_ok());
         assert!(
-            check_known_host(&text, "127.0.0.1", key).is_ok(),
+            check_known_host(&text, "127.0.0.1", None, key).is_ok(),
             "any port"
         );
-        match check_known_host(&text, "github.com", other) {
+        match check_known_host(&text, "github.com", None, other) {
             Err(Error::HostKeyMismatch {
                 changed: true,
                 fingerprint,
@@ -1622,13 +1666,38 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert!(matches!(
-            check_known_host(&text, "gitlab.com", key),
+            check_known_host(&text, "gitlab.com", None, key),
             Err(Error::HostKeyMismatch { changed: false, .. })
         ));
         assert!(
-            check_known_host(&text, "x.example.com", other).is_err(),
+            check_known_host(&text, "x.example.com", None, other).is_err(),
             "certificate authorities are not trusted as keys"
         );
+        // With the URL's port: `[host]:port` exactly, plain names for port 22.
+        assert!(check_known_host(&text, "127.0.0.1", Some(2222), key).is_ok());
+        assert!(check_known_host(&text, "127.0.0.1", Some(2200), key).is_err());
+        assert!(check_known_host(&text, "github.com", Some(22), key).is_ok());
+        // Hashed entries, as `ssh-keyscan -H` writes them: HMAC-SHA1(salt, name).
+        use hmac::{KeyInit, Mac};
+        let hashed = |name: &str| {
+            let salt = b"0123456789abcdef0123";
+            let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(salt).unwrap();
+            mac.update(name.as_bytes());
+            format!(
+                "|1|{}|{} ssh-ed25519 {}\n",
+                b64(salt),
+                b64(&mac.finalize().into_bytes()),
+                b64(key)
+            )
+        };
+        assert!(check_known_host(&hashed("[10.0.0.1]:2222"), "10.0.0.1", Some(2222), key).is_ok());
+        assert!(
+            check_known_host(&hashed("gitea.example.com"), "gitea.example.com", None, key).is_ok()
+        );
+        assert!(matches!(
+            check_known_host(&hashed("gitea.example.com"), "other.example.com", None, key),
+            Err(Error::HostKeyMismatch { changed: false, .. })
+        ));
     }
 
     #[test]

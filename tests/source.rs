@@ -419,6 +419,23 @@ async fn ssh_keys_authenticate_and_host_keys_are_checked_strictly() {
     let (_d, cache) = cache();
     cache.set_auth(&url, auth(&known, false));
     assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+    // What `ssh-keyscan -H` writes (hashed names) works as well.
+    let scan = std::process::Command::new("ssh-keyscan")
+        .args([
+            "-H",
+            "-t",
+            "ed25519",
+            "-p",
+            &ssh.port.to_string(),
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    let hashed = String::from_utf8_lossy(&scan.stdout).to_string();
+    assert!(hashed.starts_with("|1|"), "{hashed}");
+    let (_d3, cache3) = self::cache();
+    cache3.set_auth(&url, auth(&hashed, false));
+    assert_eq!(cache3.fetch(&url, None).await.unwrap().revision.0, head);
     // Unknown host: an error naming the host and the key's fingerprint, as ssh-keygen -l
     // prints it.
     let (_d2, cache) = self::cache();
