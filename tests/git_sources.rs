@@ -668,3 +668,69 @@ fn openpgp_signed_commits_are_verified_against_the_given_keys() {
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_signature_is_reported_on_the_commit() {
+    use wiremock::matchers::{method, path_regex};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let github = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex(
+            r"^/repos/acme/web/commits/[0-9a-f]{40}/statuses$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
+        .mount(&github)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&github)
+        .await;
+    let env = Env::new();
+    let keys = tempfile::tempdir().unwrap();
+    let trusted_pub = ssh_keygen(&keys.path().join("trusted"));
+    let f: Vec<&str> = trusted_pub.split_whitespace().collect();
+    std::fs::write(
+        env.dir.path().join("allowed_signers"),
+        format!("alice@example.com {} {}\n", f[0], f[1]),
+    )
+    .unwrap();
+    // The head is unsigned.
+    let unsigned = env.repo.head();
+    config(
+        &env,
+        &env.repo.url(),
+        &format!(
+            "      verify: {{mode: head, allowedSigners: {{file: allowed_signers}}}}\n    status:\n      provider: github\n      apiUrl: {}\n      repository: acme/web\n      token: {{env: DRIFTLESS_TEST_GH_TOKEN}}\n",
+            github.uri()
+        ),
+    );
+    let agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "gh-token")]);
+    let mut posted = None;
+    for _ in 0..300 {
+        posted = github
+            .received_requests()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with(&unsigned))
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
+            .next();
+        if posted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = posted.expect("a status on the refused commit");
+    assert_eq!(body["state"], "error", "{body}");
+    assert_eq!(body["context"], "driftless/demo");
+    assert!(
+        body["description"]
+            .as_str()
+            .unwrap()
+            .contains("is not signed"),
+        "{body}"
+    );
+    assert!(env.get("configmap", "a").is_none(), "nothing applied");
+    drop(agent);
+}
