@@ -458,23 +458,66 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 /// The secrets of the server section: the sync endpoint's token and the webhook secrets.
 fn server_secrets(cfg: &Loaded) -> anyhow::Result<(Option<SecretString>, WebhookSecrets)> {
     let server = &cfg.config.server;
-    let read =
-        |s: &Option<config::WebhookConfig>, field: &str| -> anyhow::Result<Option<SecretString>> {
-            Ok(match s {
-                Some(h) => Some(config::read_secret(&cfg.path, &h.secret, field)?),
-                None => None,
-            })
-        };
-    let token = match &server.token {
-        Some(t) => Some(config::read_secret(&cfg.path, t, "server.token")?),
-        None => None,
+    let read = |h: &Option<config::WebhookConfig>, field: &str| {
+        read_optional(cfg, h.as_ref().map(|h| &h.secret), field)
     };
+    let token = read_optional(cfg, server.token.as_ref(), "server.token")?;
     let hooks = WebhookSecrets {
         github: read(&server.webhooks.github, "server.webhooks.github.secret")?,
         gitea: read(&server.webhooks.gitea, "server.webhooks.gitea.secret")?,
         gitlab: read(&server.webhooks.gitlab, "server.webhooks.gitlab.secret")?,
     };
     Ok((token, hooks))
+}
+
+/// Reads a secret the config may leave out; an error names the file and `field`.
+fn read_optional(
+    cfg: &Loaded,
+    secret: Option<&serde_saphyr::Spanned<config::SecretRef>>,
+    field: &str,
+) -> anyhow::Result<Option<SecretString>> {
+    Ok(match secret {
+        Some(s) => Some(config::read_secret(&cfg.path, s, field)?),
+        None => None,
+    })
+}
+
+/// `server.externalUrl`, the base of the links in commit statuses and comments.
+fn external_url(cfg: &Loaded) -> Option<String> {
+    cfg.config
+        .server
+        .external_url
+        .as_ref()
+        .map(|u| u.value.clone())
+}
+
+/// The keys an app's `source.verify` trusts (the config's `index`-th app).
+///
+/// # Errors
+///
+/// A secret that cannot be read, a key file that does not parse (naming the field), or no key
+/// at all.
+fn trust(cfg: &Loaded, index: usize, v: &config::VerifyConfig) -> anyhow::Result<source::Trust> {
+    use secrecy::ExposeSecret as _;
+    let mut trust = source::Trust::default();
+    let field = |f: &str| format!("apps[{index}].source.verify.{f}");
+    if let Some(text) = read_optional(cfg, v.allowed_signers.as_ref(), &field("allowedSigners"))? {
+        trust.ssh = source::AllowedSigners::parse(text.expose_secret()).map_err(|e| {
+            anyhow::anyhow!("{}: {}: {e}", cfg.path.display(), field("allowedSigners"))
+        })?;
+    }
+    if let Some(text) = read_optional(cfg, v.openpgp_keys.as_ref(), &field("openpgpKeys"))? {
+        trust.openpgp = source::OpenPgpKeys::parse(text.expose_secret()).map_err(|e| {
+            anyhow::anyhow!("{}: {}: {e}", cfg.path.display(), field("openpgpKeys"))
+        })?;
+    }
+    if trust.ssh.is_empty() && trust.openpgp.is_empty() {
+        anyhow::bail!(
+            "{}: apps[{index}].source.verify: no key to trust",
+            cfg.path.display()
+        );
+    }
+    Ok(trust)
 }
 
 /// The config's custom health rules, compiled.
@@ -499,17 +542,8 @@ fn git_cache(cfg: &Loaded) -> anyhow::Result<GitCache> {
         let Some(a) = &app.source.auth else {
             continue;
         };
-        let read = |s: &Option<serde_saphyr::Spanned<config::SecretRef>>,
-                    key: &str|
-         -> anyhow::Result<Option<SecretString>> {
-            Ok(match s {
-                Some(s) => Some(config::read_secret(
-                    &cfg.path,
-                    s,
-                    &format!("apps[{i}].source.auth.{key}"),
-                )?),
-                None => None,
-            })
+        let read = |s: &Option<serde_saphyr::Spanned<config::SecretRef>>, key: &str| {
+            read_optional(cfg, s.as_ref(), &format!("apps[{i}].source.auth.{key}"))
         };
         let secret = match read(&a.token, "token")? {
             Some(t) => Some(t),
@@ -565,12 +599,7 @@ async fn load_previews(
     claim: &Arc<tokio::sync::Mutex<()>>,
 ) -> anyhow::Result<Vec<Previews>> {
     let rules = health_rules(cfg)?;
-    let external_url = cfg
-        .config
-        .server
-        .external_url
-        .as_ref()
-        .map(|u| u.value.clone());
+    let external_url = external_url(cfg);
     let mut out = Vec::new();
     for (index, app_cfg) in cfg.config.apps.iter().enumerate() {
         if app_cfg.preview.is_none() {
@@ -605,12 +634,7 @@ async fn load_apps(
     claim: &Arc<tokio::sync::Mutex<()>>,
 ) -> anyhow::Result<Vec<App>> {
     let rules = health_rules(cfg)?;
-    let external_url = cfg
-        .config
-        .server
-        .external_url
-        .as_ref()
-        .map(|u| u.value.clone());
+    let external_url = external_url(cfg);
     let mut apps = Vec::new();
     for app_cfg in selected_apps(cfg, only)? {
         let index = cfg
@@ -626,27 +650,7 @@ async fn load_apps(
             .instrument(span)
             .await?;
         if let Some(v) = verify {
-            use secrecy::ExposeSecret as _;
-            let mut trust = source::Trust::default();
-            if let Some(f) = &v.allowed_signers {
-                let field = format!("apps[{index}].source.verify.allowedSigners");
-                let text = config::read_secret(&cfg.path, f, &field)?;
-                trust.ssh = source::AllowedSigners::parse(text.expose_secret())
-                    .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
-            }
-            if let Some(f) = &v.openpgp_keys {
-                let field = format!("apps[{index}].source.verify.openpgpKeys");
-                let text = config::read_secret(&cfg.path, f, &field)?;
-                trust.openpgp = source::OpenPgpKeys::parse(text.expose_secret())
-                    .map_err(|e| anyhow::anyhow!("{}: {field}: {e}", cfg.path.display()))?;
-            }
-            if trust.ssh.is_empty() && trust.openpgp.is_empty() {
-                anyhow::bail!(
-                    "{}: apps[{index}].source.verify: no key to trust",
-                    cfg.path.display()
-                );
-            }
-            app = app.with_signers(Arc::new(trust));
+            app = app.with_signers(Arc::new(trust(cfg, index, &v)?));
         }
         if let Some(st) = status
             && !dry_run

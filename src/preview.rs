@@ -434,8 +434,8 @@ pub async fn list(store: &dyn Store, app: &str) -> store::Result<Vec<PreviewReco
     Ok(out)
 }
 
-/// Numbers sort as numbers, then other ids as text.
-fn natural(n: &str) -> (u64, String) {
+/// A sort key for pull-request numbers: numbers sort as numbers, then other ids as text.
+pub(crate) fn natural(n: &str) -> (u64, String) {
     (n.parse().unwrap_or(u64::MAX), n.to_string())
 }
 

@@ -658,13 +658,8 @@ impl HttpProvider {
         let mut next = Some(first);
         for _ in 0..20 {
             let Some(url) = next.take() else { break };
-            let resp = self.send(self.client.get(&url)).await?;
-            next = next_page(&url, resp.headers(), self.kind);
-            let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
-                provider: self.name(),
-                status: 200,
-                message: format!("unreadable status list: {e}"),
-            })?;
+            let (items, following) = self.get_page(&url, "status list").await?;
+            next = following;
             for it in items {
                 if it.get(context_field).and_then(Value::as_str) != Some(context) {
                     continue;
@@ -722,6 +717,23 @@ impl HttpProvider {
         }
     }
 
+    /// One page of a JSON list (`what` names it in errors) and the URL of the next page, if
+    /// the provider gives one.
+    async fn get_page(
+        &self,
+        url: &str,
+        what: &str,
+    ) -> Result<(Vec<Value>, Option<String>), PostError> {
+        let resp = self.send(self.client.get(url)).await?;
+        let next = next_page(url, resp.headers(), self.kind);
+        let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
+            provider: self.name(),
+            status: 200,
+            message: format!("unreadable {what}: {e}"),
+        })?;
+        Ok((items, next))
+    }
+
     /// The id and body of the first comment of pull request `number` that holds `marker`,
     /// following the provider's pagination.
     async fn find_comment(
@@ -736,13 +748,8 @@ impl HttpProvider {
         let mut next = Some(first);
         for _ in 0..50 {
             let Some(url) = next.take() else { break };
-            let resp = self.send(self.client.get(&url)).await?;
-            next = next_page(&url, resp.headers(), self.kind);
-            let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
-                provider: self.name(),
-                status: 200,
-                message: format!("unreadable comment list: {e}"),
-            })?;
+            let (items, following) = self.get_page(&url, "comment list").await?;
+            next = following;
             for it in items {
                 let body = it.get("body").and_then(Value::as_str).unwrap_or_default();
                 if body.contains(marker)

@@ -369,6 +369,14 @@ pub fn repo_key(url: &str) -> String {
     )
 }
 
+/// [`repo_key`] of each non-empty URL.
+fn repo_keys(urls: &[&str]) -> Vec<String> {
+    urls.iter()
+        .filter(|u| !u.is_empty())
+        .map(|u| repo_key(u))
+        .collect()
+}
+
 /// The apps a push of `git_ref` to a repository known by `urls` concerns: same repository, and
 /// the app follows that ref (a branch or tag by name, a full ref, or the default branch when
 /// the app gives no ref). Apps pinned to a commit id are never triggered.
@@ -378,11 +386,7 @@ pub fn matching_apps(
     git_ref: &str,
     default_branch: Option<&str>,
 ) -> Vec<String> {
-    let keys: Vec<String> = urls
-        .iter()
-        .filter(|u| !u.is_empty())
-        .map(|u| repo_key(u))
-        .collect();
+    let keys = repo_keys(urls);
     apps.iter()
         .filter(|a| keys.contains(&repo_key(&a.repo)))
         .filter(|a| match a.reference.as_deref() {
@@ -439,6 +443,37 @@ fn not_configured(provider: &str) -> Response {
     )
 }
 
+/// The 400 for a webhook body that is not JSON.
+fn not_json() -> Response {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        json!({"error": "the body is not JSON"}),
+    )
+}
+
+/// The strings at these JSON pointers of `v`, in order, skipping the absent ones.
+fn strings_at<'v>(v: &'v Value, pointers: &[&str]) -> Vec<&'v str> {
+    pointers
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(Value::as_str))
+        .collect()
+}
+
+/// Where GitHub's push and pull-request payloads give the repository's URLs.
+const GITHUB_REPOSITORY_URLS: &[&str] = &[
+    "/repository/clone_url",
+    "/repository/html_url",
+    "/repository/ssh_url",
+    "/repository/git_url",
+];
+
+/// Where Gitea's push and pull-request payloads give the repository's URLs.
+const GITEA_REPOSITORY_URLS: &[&str] = &[
+    "/repository/clone_url",
+    "/repository/html_url",
+    "/repository/ssh_url",
+];
+
 /// Triggers the apps a verified push concerns.
 fn push(
     s: &ServerState,
@@ -448,16 +483,10 @@ fn push(
     default_branch_field: &[&str],
 ) -> Response {
     let Ok(v) = serde_json::from_slice::<Value>(payload) else {
-        return json_response(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "the body is not JSON"}),
-        );
+        return not_json();
     };
     let git_ref = v.get("ref").and_then(Value::as_str).unwrap_or_default();
-    let found: Vec<&str> = urls
-        .iter()
-        .filter_map(|p| v.pointer(p).and_then(Value::as_str))
-        .collect();
+    let found = strings_at(&v, urls);
     let default_branch = default_branch_field
         .iter()
         .find_map(|p| v.pointer(p).and_then(Value::as_str));
@@ -471,11 +500,7 @@ fn push(
 
 /// The apps with previews whose repository is one of `urls`.
 pub fn matching_preview_apps(apps: &[AppRoute], urls: &[&str]) -> Vec<String> {
-    let keys: Vec<String> = urls
-        .iter()
-        .filter(|u| !u.is_empty())
-        .map(|u| repo_key(u))
-        .collect();
+    let keys = repo_keys(urls);
     apps.iter()
         .filter(|a| a.previews && keys.contains(&repo_key(&a.repo)))
         .map(|a| a.name.clone())
@@ -487,15 +512,9 @@ pub fn matching_preview_apps(apps: &[AppRoute], urls: &[&str]) -> Vec<String> {
 /// to preview.
 fn pull_request(s: &ServerState, provider: &str, payload: &[u8], urls: &[&str]) -> Response {
     let Ok(v) = serde_json::from_slice::<Value>(payload) else {
-        return json_response(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "the body is not JSON"}),
-        );
+        return not_json();
     };
-    let found: Vec<&str> = urls
-        .iter()
-        .filter_map(|p| v.pointer(p).and_then(Value::as_str))
-        .collect();
+    let found = strings_at(&v, urls);
     let apps = matching_preview_apps(&s.apps, &found);
     for app in &apps {
         s.handle.trigger_previews(app);
@@ -531,25 +550,10 @@ async fn github(
             &s,
             "github",
             &body,
-            &[
-                "/repository/clone_url",
-                "/repository/html_url",
-                "/repository/ssh_url",
-                "/repository/git_url",
-            ],
+            GITHUB_REPOSITORY_URLS,
             &["/repository/default_branch", "/repository/master_branch"],
         ),
-        "pull_request" => pull_request(
-            &s,
-            "github",
-            &body,
-            &[
-                "/repository/clone_url",
-                "/repository/html_url",
-                "/repository/ssh_url",
-                "/repository/git_url",
-            ],
-        ),
+        "pull_request" => pull_request(&s, "github", &body, GITHUB_REPOSITORY_URLS),
         other => ignored(other),
     }
 }
@@ -576,24 +580,13 @@ async fn gitea(
             &s,
             "gitea",
             &body,
-            &[
-                "/repository/clone_url",
-                "/repository/html_url",
-                "/repository/ssh_url",
-            ],
+            GITEA_REPOSITORY_URLS,
             &["/repository/default_branch"],
         ),
         // Gitea names a push to a pull request `pull_request_sync` in some versions.
-        "pull_request" | "pull_request_sync" => pull_request(
-            &s,
-            "gitea",
-            &body,
-            &[
-                "/repository/clone_url",
-                "/repository/html_url",
-                "/repository/ssh_url",
-            ],
-        ),
+        "pull_request" | "pull_request_sync" => {
+            pull_request(&s, "gitea", &body, GITEA_REPOSITORY_URLS)
+        }
         other => ignored(other),
     }
 }

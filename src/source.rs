@@ -422,6 +422,41 @@ impl<'s> Session<'s> {
         cb
     }
 
+    /// Lists the remote's refs (name, commit) and its default branch.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::classify`] says.
+    fn list(&self, remote: &mut git2::Remote<'_>, url: &str) -> Result<RemoteRefs> {
+        let conn = remote
+            .connect_auth(Direction::Fetch, Some(self.callbacks()), None)
+            .map_err(|e| self.classify(url, e))?;
+        let heads = conn
+            .list()
+            .map_err(|e| self.classify(url, e))?
+            .iter()
+            .map(|h| (h.name().to_string(), h.oid()))
+            .collect();
+        let default_branch = conn
+            .default_branch()
+            .ok()
+            .and_then(|b| b.as_str().ok().map(str::to_string));
+        Ok((heads, default_branch))
+    }
+
+    /// Fetch options with these callbacks, no tags, no FETCH_HEAD, and with `shallow` a depth
+    /// of 1 where the transport allows it (only the commits themselves are needed).
+    fn fetch_options(&self, url: &str, shallow: bool) -> FetchOptions<'_> {
+        let mut opts = FetchOptions::new();
+        opts.remote_callbacks(self.callbacks());
+        opts.download_tags(AutotagOption::None);
+        opts.update_fetchhead(false);
+        if shallow && shallow_ok(url) {
+            opts.depth(1);
+        }
+        opts
+    }
+
     /// Why `e` happened, as precisely as the callbacks allow.
     fn classify(&self, url: &str, e: git2::Error) -> Error {
         if let Some(rejected) = self.rejected.borrow_mut().take() {
@@ -1060,29 +1095,9 @@ fn fetch_refs_blocking(
     let repo = open_or_init(path)?;
     let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
-    let is_local = !url.contains("://") && !url.contains('@');
-    if is_local && !Path::new(url).exists() {
-        return Err(Error::RepositoryNotFound {
-            url: redact_url(url),
-        });
-    }
+    ensure_local_exists(url)?;
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
-    let (heads, default_branch) = {
-        let conn = remote
-            .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
-            .map_err(fetch_failed)?;
-        let heads: Vec<(String, Oid)> = conn
-            .list()
-            .map_err(fetch_failed)?
-            .iter()
-            .map(|h| (h.name().to_string(), h.oid()))
-            .collect();
-        let default_branch = conn
-            .default_branch()
-            .ok()
-            .and_then(|b| b.as_str().ok().map(str::to_string));
-        (heads, default_branch)
-    };
+    let (heads, default_branch) = session.list(&mut remote, url)?;
     let has = |name: &str| heads.iter().any(|(n, _)| n == name);
     // The remote ref each reference names.
     let resolve = |reference: Option<&str>| -> Option<String> {
@@ -1120,14 +1135,7 @@ fn fetch_refs_blocking(
             .map(|n| format!("+{n}:{}", local_ref(n)))
             .collect();
         let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
-        let mut opts = FetchOptions::new();
-        opts.remote_callbacks(session.callbacks());
-        opts.download_tags(AutotagOption::None);
-        opts.update_fetchhead(false);
-        if shallow_ok(url) {
-            // Only the commits themselves are needed: a shallow fetch moves the least data.
-            opts.depth(1);
-        }
+        let mut opts = session.fetch_options(url, true);
         remote
             .fetch(&specs, Some(&mut opts), None)
             .map_err(fetch_failed)?;
@@ -1202,17 +1210,9 @@ fn fetch_commit_blocking(
     {
         return Ok(found(commit, 0));
     }
-    let is_local = !url.contains("://") && !url.contains('@');
-    if is_local && !Path::new(url).exists() {
-        return Err(Error::RepositoryNotFound {
-            url: redact_url(url),
-        });
-    }
+    ensure_local_exists(url)?;
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
-    let mut opts = FetchOptions::new();
-    opts.remote_callbacks(session.callbacks());
-    opts.download_tags(AutotagOption::None);
-    opts.update_fetchhead(false);
+    let mut opts = session.fetch_options(url, false);
     remote
         .fetch(
             &[
@@ -1265,24 +1265,13 @@ fn fetch_matching_blocking(
     let repo = open_or_init(path)?;
     let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
-    let is_local = !url.contains("://") && !url.contains('@');
-    if is_local && !Path::new(url).exists() {
-        return Err(Error::RepositoryNotFound {
-            url: redact_url(url),
-        });
-    }
+    ensure_local_exists(url)?;
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
-    let wanted: Vec<(String, Oid)> = {
-        let conn = remote
-            .connect_auth(Direction::Fetch, Some(session.callbacks()), None)
-            .map_err(fetch_failed)?;
-        conn.list()
-            .map_err(fetch_failed)?
-            .iter()
-            .filter(|h| matches(h.name()))
-            .map(|h| (h.name().to_string(), h.oid()))
-            .collect()
-    };
+    let (heads, _) = session.list(&mut remote, url)?;
+    let wanted: Vec<(String, Oid)> = heads
+        .into_iter()
+        .filter(|(name, _)| matches(name))
+        .collect();
     let preview_ref = |name: &str| {
         format!(
             "{PREVIEW_PREFIX}{}",
@@ -1310,11 +1299,7 @@ fn fetch_matching_blocking(
         .map(|(name, _)| format!("+{name}:{}", preview_ref(name)))
         .collect();
     if !specs.is_empty() {
-        let mut opts = FetchOptions::new();
-        opts.remote_callbacks(session.callbacks());
-        if shallow_ok(url) {
-            opts.depth(1);
-        }
+        let mut opts = session.fetch_options(url, true);
         opts.download_tags(AutotagOption::None);
         opts.update_fetchhead(false);
         let refs: Vec<&str> = specs.iter().map(String::as_str).collect();
@@ -1358,6 +1343,20 @@ fn fetch_matching_blocking(
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// A remote's refs (full name, commit) and its default branch, as listed.
+type RemoteRefs = (Vec<(String, Oid)>, Option<String>);
+
+/// [`Error::RepositoryNotFound`] for a local path that does not exist.
+fn ensure_local_exists(url: &str) -> Result<()> {
+    let is_local = !url.contains("://") && !url.contains('@');
+    if is_local && !Path::new(url).exists() {
+        return Err(Error::RepositoryNotFound {
+            url: redact_url(url),
+        });
+    }
+    Ok(())
 }
 
 /// True when the transport of `url` can fetch shallow (libgit2's local transport cannot).

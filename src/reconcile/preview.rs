@@ -20,7 +20,7 @@ use crate::diff::PlanOptions;
 use crate::health::{self, Health};
 use crate::manifest;
 use crate::object::{Object, ObjectKey, Revision};
-use crate::preview::{self, PreviewRecord, RefGlob};
+use crate::preview::{self, PreviewRecord, RefGlob, natural};
 use crate::report::{Commenter, CommitStatus, Reporter, State};
 use crate::source::{GitCache, RemoteHead};
 use crate::status::SyncStatus;
@@ -770,8 +770,3 @@ impl Previews {
 
 /// A pull request left out of the previews: (number, head, why).
 type Skipped = (String, RemoteHead, String);
-
-/// Numbers sort as numbers, then other ids as text.
-fn natural(n: &str) -> (u64, String) {
-    (n.parse().unwrap_or(u64::MAX), n.to_string())
-}
