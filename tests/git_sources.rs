@@ -734,3 +734,28 @@ async fn a_refused_signature_is_reported_on_the_commit() {
     assert!(env.get("configmap", "a").is_none(), "nothing applied");
     drop(agent);
 }
+
+#[test]
+fn a_deleted_branch_is_ref_not_found_and_deletes_nothing() {
+    let env = Env::new();
+    env.repo.git(&["checkout", "-q", "-b", "release"]);
+    env.repo.git(&["checkout", "-q", "main"]);
+    let config = format!(
+        "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: demo\n    source: {{repo: {}, ref: release, path: app, interval: 1s}}\n",
+        env.repo.url()
+    );
+    std::fs::write(env.config(), config).unwrap();
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "b").is_some()
+    });
+    let kept = objects(&env);
+    env.repo.git(&["branch", "-q", "-D", "release"]);
+    env.wait("RefNotFound", Duration::from_secs(30), || {
+        condition(&env, "SourceAvailable")["reason"] == "RefNotFound"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(objects(&env), kept, "never \"delete everything\"");
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}

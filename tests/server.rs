@@ -828,6 +828,7 @@ async fn a_hanging_git_host_times_out_and_its_app_is_visible_meanwhile() {
             .contains("timed out after 4 s"),
         "{source}"
     );
+    assert_eq!(source["reason"], "Timeout", "{source}");
     assert_eq!(slow["sync"], "Unknown");
 }
 
