@@ -274,12 +274,17 @@ fn load_config(path: Option<&Path>, required: bool) -> anyhow::Result<Loaded> {
     }
 }
 
-/// Opens the configured store, creating the SQLite file (and its folder) when missing.
+/// Opens the configured store: SQLite (creating the file and its folder when missing) or etcd
+/// (connecting lazily: an unreachable cluster fails the first request, not this).
 ///
 /// # Errors
 ///
-/// When the folder cannot be created or the store cannot be opened.
-pub fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+/// When the folder cannot be created or the store cannot be opened; etcd configured in a build
+/// without the `etcd` feature; an etcd password or TLS file that cannot be read.
+pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    if cfg.config.store.etcd.is_some() {
+        return open_etcd_store(cfg).await;
+    }
     let path = cfg
         .sqlite_path()
         .context("no store configured")?
@@ -295,6 +300,179 @@ pub fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd_store(_cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    bail!(
+        "store.etcd: this driftless was built without etcd support; build it with `cargo build --release --features etcd`"
+    )
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(Arc::new(open_etcd(cfg).await?))
+}
+
+/// Connects to the etcd cluster of `store.etcd`.
+///
+/// # Errors
+///
+/// When the password or a TLS file cannot be read, or the client cannot be set up.
+#[cfg(feature = "etcd")]
+pub async fn open_etcd(cfg: &Loaded) -> anyhow::Result<crate::store::etcd::EtcdStore> {
+    use crate::store::etcd::{EtcdStore, Options, Tls};
+    let e = &cfg
+        .config
+        .store
+        .etcd
+        .as_ref()
+        .context("no etcd store configured")?
+        .value;
+    let password = read_optional(cfg, e.password.as_ref(), "store.etcd.password")?;
+    let tls = match &e.tls {
+        None => None,
+        Some(t) => {
+            let ca =
+                match &t.ca {
+                    Some(p) => Some(std::fs::read(p).with_context(|| {
+                        format!("store.etcd.tls.ca: cannot read {}", p.display())
+                    })?),
+                    None => None,
+                };
+            let identity = match (&t.cert, &t.key) {
+                (Some(c), Some(_)) => Some((
+                    std::fs::read(c).with_context(|| {
+                        format!("store.etcd.tls.cert: cannot read {}", c.display())
+                    })?,
+                    read_optional(cfg, t.key.as_ref(), "store.etcd.tls.key")?
+                        .context("store.etcd.tls.key is empty")?,
+                )),
+                _ => None,
+            };
+            Some(Tls { ca, identity })
+        }
+    };
+    let opts = Options {
+        endpoints: e
+            .endpoints
+            .iter()
+            .map(|x| x.value.trim().to_string())
+            .collect(),
+        prefix: e.prefix.value.clone(),
+        user: e.username.clone().zip(password),
+        tls,
+        dial_timeout: e.dial_timeout.value,
+        ..Options::default()
+    };
+    EtcdStore::connect(opts)
+        .await
+        .context("cannot set up the etcd client (store.etcd)")
+}
+
+/// The store each app writes through: the shared one, or (with etcd replicas) one fenced by
+/// the app's lease.
+struct Stores {
+    shared: Arc<dyn Store>,
+    per_app: std::collections::HashMap<String, Arc<dyn Store>>,
+}
+
+impl Stores {
+    fn shared(store: &Arc<dyn Store>) -> Self {
+        Self {
+            shared: store.clone(),
+            per_app: Default::default(),
+        }
+    }
+
+    fn for_app(&self, app: &str) -> Arc<dyn Store> {
+        self.per_app
+            .get(app)
+            .cloned()
+            .unwrap_or_else(|| self.shared.clone())
+    }
+}
+
+/// This replica's name: `store.etcd.replica`, else `DRIFTLESS_REPLICA`, else
+/// `<hostname>-<pid>`.
+#[cfg(feature = "etcd")]
+fn replica_name(e: &config::EtcdConfig) -> String {
+    if let Some(r) = &e.replica {
+        return r.clone();
+    }
+    if let Ok(r) = std::env::var("DRIFTLESS_REPLICA")
+        && !r.trim().is_empty()
+    {
+        return r.trim().to_string();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "driftless".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// With etcd: the replica coordination of the configured apps, the fenced store of each app,
+/// and the gates the agent waits on. Without: nothing to coordinate.
+#[cfg(feature = "etcd")]
+async fn replicas(
+    cfg: &Loaded,
+    store: &Arc<dyn Store>,
+) -> anyhow::Result<(
+    Stores,
+    Option<(
+        crate::store::etcd::Replicas,
+        std::collections::HashMap<
+            String,
+            tokio::sync::watch::Receiver<Option<crate::store::Fence>>,
+        >,
+    )>,
+)> {
+    let Some(e) = &cfg.config.store.etcd else {
+        return Ok((Stores::shared(store), None));
+    };
+    let etcd = open_etcd(cfg).await?;
+    let names: Vec<String> = cfg
+        .config
+        .apps
+        .iter()
+        .map(|a| a.name.value.clone())
+        .collect();
+    let r = crate::store::etcd::Replicas::new(
+        &etcd,
+        &replica_name(&e.value),
+        e.value.lease_ttl.value,
+        names.clone(),
+    );
+    let mut stores = Stores::shared(store);
+    let mut gates = std::collections::HashMap::new();
+    for n in names {
+        if let Some(g) = r.gate(&n) {
+            stores
+                .per_app
+                .insert(n.clone(), Arc::new(etcd.fenced(g.clone())));
+            gates.insert(n, g);
+        }
+    }
+    Ok((stores, Some((r, gates))))
+}
+
+/// Waits until the store answers (an etcd cluster may still be starting), logging each
+/// failure; false when a stop signal came first.
+async fn wait_for_store(store: &Arc<dyn Store>) -> anyhow::Result<bool> {
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match store.revision().await {
+            Ok(_) => return Ok(true),
+            Err(e) => {
+                tracing::warn!(backend = store.backend(), error = %crate::reconcile::error_chain(&e), retry_in = ?delay, "Store unreachable; waiting for it");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    r = wait_for_signal() => { r?; return Ok(false); }
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
+}
+
 /// For reading commands: the store if its file exists. A missing file is an empty store (the
 /// agent creates it on its first run); reading commands do not create one, so they never leave
 /// an empty store behind in the wrong folder. Says so on standard error.
@@ -302,10 +480,13 @@ pub fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
 /// # Errors
 ///
 /// When the store exists but cannot be opened.
-fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    if cfg.config.store.etcd.is_some() {
+        return open_store(cfg).await;
+    }
     let path = cfg.sqlite_path().context("no store configured")?;
     if path.exists() {
-        return open_store(cfg);
+        return open_store(cfg).await;
     }
     eprintln!(
         "note: no store at {} yet (the agent creates it on its first run)",
@@ -350,8 +531,19 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
 }
 
 async fn run(cfg: Loaded) -> anyhow::Result<u8> {
-    let store = open_store(&cfg)?;
-    let _lock = lock_agent(&cfg)?;
+    let store = open_store(&cfg).await?;
+    // One agent per SQLite store; etcd replicas share apps through leases instead.
+    let _lock = match cfg.sqlite_path() {
+        Some(_) => Some(lock_agent(&cfg)?),
+        None => None,
+    };
+    if !wait_for_store(&store).await? {
+        return Ok(0);
+    }
+    #[cfg(feature = "etcd")]
+    let (stores, replicas) = replicas(&cfg, &store).await?;
+    #[cfg(not(feature = "etcd"))]
+    let stores = Stores::shared(&store);
     let git = git_cache(&cfg)?;
     if cfg.config.apps.is_empty() {
         tracing::warn!(config = %cfg.path.display(), "No apps configured");
@@ -361,7 +553,7 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let claim = Arc::new(tokio::sync::Mutex::new(()));
     let apps = load_apps(
         &cfg,
-        &store,
+        &stores,
         &git,
         None,
         false,
@@ -370,7 +562,7 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
         &claim,
     )
     .await?;
-    let previews = load_previews(&cfg, &store, &git, &queue, &claim).await?;
+    let previews = load_previews(&cfg, &stores, &git, &queue, &claim).await?;
     let server = &cfg.config.server;
     let state_parts = server_secrets(&cfg)?;
     let listener = tokio::net::TcpListener::bind(server.listen.value.as_str())
@@ -378,9 +570,20 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
     let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let (handle, join) = Agent::new(store.clone(), apps)
-        .with_previews(previews)
-        .spawn(rx.clone());
+    let agent = Agent::new(store.clone(), apps).with_previews(previews);
+    #[cfg(feature = "etcd")]
+    let (agent, coordination) = match replicas {
+        Some((r, gates)) => {
+            tracing::info!(replica = %r.name(), lease_ttl_seconds = r.ttl().as_secs(), "Sharing the apps with the other replicas through etcd leases");
+            let task = tokio::spawn(
+                r.run(rx.clone())
+                    .instrument(tracing::info_span!("replicas")),
+            );
+            (agent.with_gates(gates), Some(task))
+        }
+        None => (agent, None),
+    };
+    let (handle, join) = agent.spawn(rx.clone());
     let state = ServerState {
         store,
         handle,
@@ -430,6 +633,10 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let _ = tx.send(true);
     let stopping = async {
         join.await.context("agent task failed")?;
+        #[cfg(feature = "etcd")]
+        if let Some(c) = coordination {
+            c.await.context("replica coordination failed")?;
+        }
         writer.await.context("commit status writer failed")?;
         http.await.context("HTTP server task failed")?;
         anyhow::Ok(())
@@ -593,7 +800,7 @@ fn status_provider(
 /// has a `status` section.
 async fn load_previews(
     cfg: &Loaded,
-    store: &Arc<dyn Store>,
+    stores: &Stores,
     git: &GitCache,
     queue: &report::Queue,
     claim: &Arc<tokio::sync::Mutex<()>>,
@@ -605,9 +812,14 @@ async fn load_previews(
         if app_cfg.preview.is_none() {
             continue;
         }
-        let mut p = Previews::load(app_cfg.clone(), store.clone(), git.clone(), claim.clone())
-            .await?
-            .with_health_rules(rules.clone());
+        let mut p = Previews::load(
+            app_cfg.clone(),
+            stores.for_app(&app_cfg.name.value),
+            git.clone(),
+            claim.clone(),
+        )
+        .await?
+        .with_health_rules(rules.clone());
         if let Some(st) = &app_cfg.status {
             p = p.with_reporter(report::Reporter::new(
                 status_provider(cfg, index, st)?,
@@ -625,7 +837,7 @@ async fn load_previews(
 #[allow(clippy::too_many_arguments)]
 async fn load_apps(
     cfg: &Loaded,
-    store: &Arc<dyn Store>,
+    stores: &Stores,
     git: &GitCache,
     only: Option<&str>,
     dry_run: bool,
@@ -646,7 +858,8 @@ async fn load_apps(
         let span = tracing::info_span!("app", app = %app_cfg.name.value);
         let status = app_cfg.status.clone();
         let verify = app_cfg.source.verify.clone();
-        let mut app = App::load(app_cfg, store.clone(), git.clone(), claim.clone(), dry_run)
+        let store = stores.for_app(&app_cfg.name.value);
+        let mut app = App::load(app_cfg, store, git.clone(), claim.clone(), dry_run)
             .instrument(span)
             .await?;
         if let Some(v) = verify {
@@ -721,13 +934,13 @@ fn selected_apps(cfg: &Loaded, app: Option<&str>) -> anyhow::Result<Vec<config::
 }
 
 async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result<u8> {
-    let store = open_store(&cfg)?;
+    let store = open_store(&cfg).await?;
     let git = git_cache(&cfg)?;
     let queue = report::Queue::default();
     let claim = Arc::new(tokio::sync::Mutex::new(()));
     let apps = load_apps(
         &cfg,
-        &store,
+        &Stores::shared(&store),
         &git,
         app.as_deref(),
         dry_run,
@@ -808,7 +1021,7 @@ async fn diff_cmd(
     app: Option<String>,
     revision: Option<String>,
 ) -> anyhow::Result<u8> {
-    let store = open_store(&cfg)?;
+    let store = open_store(&cfg).await?;
     let git = git_cache(&cfg)?;
     let mut changes = false;
     for app in selected_apps(&cfg, app.as_deref())? {
@@ -1064,8 +1277,10 @@ async fn wait_cmd(
     let mut store: Option<Arc<dyn Store>> = None;
     let mut last = String::from("no status recorded yet");
     loop {
-        if store.is_none() && cfg.sqlite_path().is_some_and(Path::exists) {
-            store = Some(open_store(&cfg)?);
+        if store.is_none()
+            && (cfg.config.store.etcd.is_some() || cfg.sqlite_path().is_some_and(Path::exists))
+        {
+            store = Some(open_store(&cfg).await?);
         }
         if let Some(s) = &store {
             match status::read(s.as_ref(), app).await {
@@ -1113,11 +1328,24 @@ async fn wait_cmd(
 }
 
 async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
-    let store = open_existing_store(&cfg)?;
+    let store = open_existing_store(&cfg).await?;
     let apps = status::read_all(store.as_ref()).await?;
+    let holders = holders(&cfg).await?;
     match output {
         StatusFormat::Json => {
-            let v = serde_json::json!({ "apps": apps });
+            let mut list = serde_json::to_value(&apps)?;
+            if let (Some(holders), Some(items)) = (&holders, list.as_array_mut()) {
+                for item in items {
+                    let name = item["name"].as_str().unwrap_or_default().to_string();
+                    if let Some(map) = item.as_object_mut() {
+                        map.insert(
+                            "replica".into(),
+                            holders.get(&name).map_or(Value::Null, |r| r.clone().into()),
+                        );
+                    }
+                }
+            }
+            let v = serde_json::json!({ "apps": list });
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         StatusFormat::Table => {
@@ -1127,10 +1355,15 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                 "HEALTH".into(),
                 "REVISION".into(),
                 "OUT-OF-SYNC-SINCE".into(),
+                "REPLICA".into(),
                 "MESSAGE".into(),
             ]];
             for a in &apps {
                 let ready = a.condition("Ready");
+                let replica = match &holders {
+                    None => "-".to_string(),
+                    Some(h) => h.get(&a.name).cloned().unwrap_or_else(|| "(none)".into()),
+                };
                 rows.push([
                     a.name.clone(),
                     a.sync.to_string(),
@@ -1139,6 +1372,7 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                         .as_deref()
                         .map_or("-".into(), |r| r.chars().take(12).collect()),
                     a.out_of_sync_since.clone().unwrap_or_else(|| "-".into()),
+                    replica,
                     ready.map_or(String::new(), |c| format!("{}: {}", c.reason, c.message)),
                 ]);
             }
@@ -1146,6 +1380,24 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// With etcd: which replica holds each app (app name to replica name). `None` for SQLite,
+/// where one agent holds every app.
+async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    if cfg.config.store.etcd.is_none() {
+        return Ok(None);
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let etcd = open_etcd(cfg).await?;
+        let h = crate::store::etcd::holders(&etcd)
+            .await
+            .context("cannot read which replica holds each app")?;
+        Ok(Some(h.into_iter().map(|(k, v)| (k, v.replica)).collect()))
+    }
+    #[cfg(not(feature = "etcd"))]
+    Ok(None)
 }
 
 fn print_table<const N: usize>(rows: &[[String; N]]) {
@@ -1480,9 +1732,9 @@ fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Result<()> {
 
 async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
     let store = if matches!(cmd, StoreCommand::Put { .. }) {
-        open_store(&cfg)?
+        open_store(&cfg).await?
     } else {
-        open_existing_store(&cfg)?
+        open_existing_store(&cfg).await?
     };
     match cmd {
         StoreCommand::List {

@@ -86,14 +86,82 @@ fn default_cache_dir() -> PathBuf {
 pub struct StoreConfig {
     /// The embedded SQLite store.
     pub sqlite: Option<SqliteConfig>,
+    /// An etcd cluster (needs a build with the cargo feature `etcd`), shared by agent
+    /// replicas.
+    pub etcd: Option<Spanned<EtcdConfig>>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             sqlite: Some(SqliteConfig::default()),
+            etcd: None,
         }
     }
+}
+
+/// `store.etcd:`: the cluster, the key prefix, credentials and the replicas' lease.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdConfig {
+    /// Client URLs, `http://host:2379` or `https://host:2379` (with `tls`). At least one.
+    pub endpoints: Vec<Spanned<String>>,
+    /// Key prefix: objects live at `<prefix>/<group>/<kind>/<namespace>/<name>`. Default
+    /// `/driftless`; must start with `/` and not end with one.
+    #[serde(default = "default_etcd_prefix")]
+    pub prefix: Spanned<String>,
+    /// etcd user, with `password`.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// The user's password.
+    #[serde(default)]
+    pub password: Option<Spanned<SecretRef>>,
+    /// TLS to the cluster.
+    #[serde(default)]
+    pub tls: Option<EtcdTlsConfig>,
+    /// How long to wait for a connection. Default `5s`.
+    #[serde(default = "default_dial_timeout", deserialize_with = "duration")]
+    pub dial_timeout: Spanned<Duration>,
+    /// How long a replica's lease lives without a keep-alive: a replica that dies has its apps
+    /// taken over within this time. Default `15s` (Kubernetes' leader-election lease); whole
+    /// seconds, at least `2s`.
+    #[serde(
+        default = "default_lease_ttl",
+        deserialize_with = "duration",
+        rename = "leaseTTL"
+    )]
+    pub lease_ttl: Spanned<Duration>,
+    /// This replica's name, unique among the replicas. Default: the environment variable
+    /// `DRIFTLESS_REPLICA`, else `<hostname>-<pid>`.
+    #[serde(default)]
+    pub replica: Option<String>,
+}
+
+/// `store.etcd.tls:`: PEM files (paths relative to the config file's folder).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdTlsConfig {
+    /// CA certificates that sign the servers' certificates.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// A client certificate, with `key`.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[serde(default)]
+    pub key: Option<Spanned<SecretRef>>,
+}
+
+fn default_etcd_prefix() -> Spanned<String> {
+    unspanned("/driftless".to_string())
+}
+
+fn default_dial_timeout() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(5))
+}
+
+fn default_lease_ttl() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(15))
 }
 
 /// `store.sqlite:`.
@@ -585,6 +653,92 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Duration>, D::Err
     Ok(Spanned::new(value, s.referenced, s.defined))
 }
 
+fn validate_etcd(
+    e: &EtcdConfig,
+    at: &serde_saphyr::Location,
+    invalid: &dyn Fn(&serde_saphyr::Location, String, String) -> Error,
+) -> Result<(), Error> {
+    if e.endpoints.is_empty() {
+        return Err(invalid(
+            at,
+            "store.etcd.endpoints".into(),
+            "name at least one endpoint, e.g. `http://127.0.0.1:2379`".into(),
+        ));
+    }
+    for (i, ep) in e.endpoints.iter().enumerate() {
+        let v = ep.value.trim();
+        let scheme_ok = v.starts_with("http://") || v.starts_with("https://");
+        if !scheme_ok || v.len() <= "https://".len() {
+            return Err(invalid(
+                &ep.referenced,
+                format!("store.etcd.endpoints[{i}]"),
+                format!(
+                    "`{}` is not an etcd client URL (`http://host:2379` or `https://host:2379`)",
+                    ep.value
+                ),
+            ));
+        }
+        if v.starts_with("https://") != e.tls.is_some() && v.starts_with("https://") {
+            return Err(invalid(
+                &ep.referenced,
+                format!("store.etcd.endpoints[{i}]"),
+                "an https endpoint needs `tls` (at least `ca`)".into(),
+            ));
+        }
+    }
+    let p = &e.prefix.value;
+    if !p.starts_with('/') || p.len() < 2 || p.ends_with('/') || p.contains("//") {
+        return Err(invalid(
+            &e.prefix.referenced,
+            "store.etcd.prefix".into(),
+            format!(
+                "`{p}` must start with `/`, name something, and not end with `/` (e.g. `/driftless`)"
+            ),
+        ));
+    }
+    if e.username.is_some() != e.password.is_some() {
+        return Err(invalid(
+            at,
+            "store.etcd.password".into(),
+            "give `username` and `password` together".into(),
+        ));
+    }
+    if let Some(t) = &e.tls
+        && t.cert.is_some() != t.key.is_some()
+    {
+        return Err(invalid(
+            at,
+            "store.etcd.tls".into(),
+            "give the client `cert` and its `key` together".into(),
+        ));
+    }
+    let ttl = &e.lease_ttl;
+    if ttl.value < Duration::from_secs(2) || ttl.value.subsec_nanos() != 0 {
+        return Err(invalid(
+            &ttl.referenced,
+            "store.etcd.leaseTTL".into(),
+            "must be whole seconds, at least 2s".into(),
+        ));
+    }
+    if e.dial_timeout.value < Duration::from_millis(100) {
+        return Err(invalid(
+            &e.dial_timeout.referenced,
+            "store.etcd.dialTimeout".into(),
+            "must be at least 100ms".into(),
+        ));
+    }
+    if let Some(r) = &e.replica
+        && (r.is_empty() || r.len() > 253 || r.chars().any(|c| c.is_control() || c == '/'))
+    {
+        return Err(invalid(
+            at,
+            "store.etcd.replica".into(),
+            format!("`{r}` must be 1 to 253 characters, without `/` or control characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// A loaded and validated config, with every relative path resolved.
 #[derive(Clone, Debug)]
 pub struct Loaded {
@@ -672,6 +826,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
             *f = resolve(f);
         }
     };
+    if let Some(e) = &mut config.store.etcd {
+        if let Some(p) = &mut e.value.password {
+            resolve_secret(p);
+        }
+        if let Some(t) = &mut e.value.tls {
+            for f in [&mut t.ca, &mut t.cert].into_iter().flatten() {
+                *f = resolve(f);
+            }
+            if let Some(k) = &mut t.key {
+                resolve_secret(k);
+            }
+        }
+    }
     if let Some(t) = &mut config.server.token {
         resolve_secret(t);
     }
@@ -730,14 +897,26 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         field,
         message,
     };
-    if config.store.sqlite.is_none() {
-        return Err(Error::Invalid {
-            path: path.to_path_buf(),
-            line: 1,
-            column: 1,
-            field: "store".into(),
-            message: "choose a store: `sqlite: {path: ...}`".into(),
-        });
+    match (&config.store.sqlite, &config.store.etcd) {
+        (None, None) => {
+            return Err(Error::Invalid {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                field: "store".into(),
+                message: "choose a store: `sqlite: {path: ...}` or `etcd: {endpoints: [...]}`"
+                    .into(),
+            });
+        }
+        (Some(_), Some(e)) => {
+            return Err(invalid(
+                &e.referenced,
+                "store".into(),
+                "choose one store: `sqlite` or `etcd`, not both".into(),
+            ));
+        }
+        (None, Some(e)) => validate_etcd(&e.value, &e.referenced, &invalid)?,
+        (Some(_), None) => {}
     }
     let mut seen: Vec<&Spanned<String>> = Vec::new();
     for (i, app) in config.apps.iter().enumerate() {

@@ -11,7 +11,10 @@ use tracing::Instrument;
 
 use super::{App, Backoff, Previews, Trigger, backoff::BACKOFF_MIN, error_chain};
 use crate::object::ObjectKey;
-use crate::store::{Store, WatchItem};
+use crate::store::{Fence, Store, WatchItem};
+
+/// An app's gate with etcd replicas: `Some(fence)` while this replica holds the app.
+pub type Gate = watch::Receiver<Option<Fence>>;
 
 /// Which apps have finished their first reconcile (for `/readyz`).
 #[derive(Debug, Default)]
@@ -129,6 +132,7 @@ pub struct Agent {
     store: Arc<dyn Store>,
     apps: Vec<App>,
     previews: Vec<Previews>,
+    gates: HashMap<String, Gate>,
 }
 
 impl Agent {
@@ -139,7 +143,18 @@ impl Agent {
             store,
             apps,
             previews: Vec::new(),
+            gates: HashMap::new(),
         }
+    }
+
+    /// Runs each app (and its previews) only while its gate is open: with etcd replicas, while
+    /// this replica holds the app's lease. An app without a gate always runs. On taking an app
+    /// the loop reads the state the previous holder left ([`App::take_over`]) and reconciles
+    /// with a fetch; on losing it, it stops after the reconcile in progress, whose writes the
+    /// fenced store refuses.
+    pub fn with_gates(mut self, gates: HashMap<String, Gate>) -> Self {
+        self.gates = gates;
+        self
     }
 
     /// Also runs these apps' pull-request previews, each in its own task beside its app's loop.
@@ -158,10 +173,12 @@ impl Agent {
         let readiness = Arc::new(Readiness::new(
             self.apps.iter().map(|a| a.name().to_string()),
         ));
+        let mut gates = self.gates;
         for app in self.apps {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
             loops.push(AppLoop {
+                gate: gates.get(app.name()).cloned(),
                 app: app.with_stop(shutdown.clone()),
                 events: events.subscribe(),
                 requested,
@@ -174,7 +191,8 @@ impl Agent {
         for p in self.previews {
             let notify = Arc::new(Notify::new());
             previews.insert(p.name().to_string(), notify.clone());
-            preview_loops.push((p, notify, shutdown.clone()));
+            let gate = gates.remove(p.name());
+            preview_loops.push((p, notify, shutdown.clone(), gate));
         }
         let store = self.store;
         let mut stop = shutdown.clone();
@@ -201,10 +219,10 @@ impl Agent {
                 let span = tracing::info_span!("app", app = %l.app.name());
                 tasks.push(tokio::spawn(l.run().instrument(span)));
             }
-            for (p, notify, shutdown) in preview_loops {
+            for (p, notify, shutdown, gate) in preview_loops {
                 let span = tracing::info_span!("previews", app = %p.name());
                 tasks.push(tokio::spawn(
-                    run_previews(p, notify, shutdown).instrument(span),
+                    run_previews(p, notify, shutdown, gate).instrument(span),
                 ));
             }
             for t in tasks {
@@ -231,6 +249,7 @@ async fn run_previews(
     mut previews: Previews,
     requested: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,
+    mut gate: Option<Gate>,
 ) {
     let mut next = Instant::now();
     loop {
@@ -239,6 +258,16 @@ async fn run_previews(
             _ = shutdown.changed() => break,
             _ = tokio::time::sleep_until(next) => {}
             _ = requested.notified() => {}
+        }
+        if let Some(g) = &mut gate
+            && g.borrow_and_update().is_none()
+        {
+            // Another replica holds the app and runs its previews.
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                r = g.wait_for(Option::is_some) => if r.is_err() { break },
+            }
         }
         let report = tokio::select! {
             biased;
@@ -294,9 +323,21 @@ async fn watch_store(
     }
 }
 
+/// Resolves when `gate` closes (never without a gate).
+async fn gate_closes(gate: &mut Option<Gate>) {
+    match gate {
+        Some(g) => {
+            let _ = g.wait_for(Option::is_none).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// One app's loop: waits for a trigger, reconciles, repeats until shutdown.
 struct AppLoop {
     app: App,
+    /// With etcd replicas: run only while this replica holds the app.
+    gate: Option<Gate>,
     events: broadcast::Receiver<WatchItem>,
     requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
@@ -305,10 +346,36 @@ struct AppLoop {
 
 impl AppLoop {
     async fn run(mut self) {
-        self.app.announce().await;
+        let mut gate = self.gate.take();
+        if gate.is_none() {
+            self.app.announce().await;
+        }
+        let mut holding = gate.is_none();
         let mut next_fetch = Instant::now();
         let mut last_requested: Option<Instant> = None;
         loop {
+            if let Some(g) = &mut gate
+                && g.borrow_and_update().is_none()
+            {
+                if holding {
+                    tracing::warn!("This replica no longer holds the app; standing by");
+                }
+                // A standby replica is ready: it serves, and takes the app when it is free.
+                self.readiness.done(self.app.name());
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.changed() => break,
+                    r = g.wait_for(Option::is_some) => if r.is_err() { break },
+                }
+                tracing::info!("This replica holds the app now; taking it over");
+                self.app.take_over().await;
+                self.app.announce().await;
+                holding = true;
+                // What the feed said while standing by is covered by the full reconcile now.
+                self.events = self.events.resubscribe();
+                next_fetch = Instant::now();
+                continue;
+            }
             // Something timed (a held revert, a window, a deadline) may come before the poll.
             let wake = self
                 .app
@@ -318,6 +385,7 @@ impl AppLoop {
             let trigger = tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => break,
+                _ = gate_closes(&mut gate) => continue,
                 _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
                 _ = tokio::time::sleep_until(wake.unwrap_or(next_fetch)), if wake.is_some() => Trigger::Wake,
                 _ = self.requested.notify.notified() => {

@@ -291,6 +291,37 @@ impl App {
         }
     }
 
+    /// Takes the app over from another replica (etcd replicas): reads the inventory and the
+    /// status record it left, so that what is in force is what the store holds, not what this
+    /// replica last saw, and forgets its own echoes and fights. The reconcile that follows
+    /// fetches.
+    pub async fn take_over(&mut self) {
+        match Inventory::load(self.store.as_ref(), self.name()).await {
+            Ok(inv) => {
+                self.in_force = inv.revision.clone().map(|revision| InForce {
+                    revision,
+                    source: inv.source.clone().unwrap_or_default(),
+                    tree_id: None,
+                    desired: Arc::new(inv.entries.clone()),
+                });
+                self.applied = inv.revision.clone();
+                self.owned = inv.entries.keys().cloned().collect();
+                self.inventory = Some(inv);
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "Cannot read the inventory left by the previous holder; the next reconcile reads it again");
+                self.inventory = None;
+            }
+        }
+        match status::read(self.store.as_ref(), self.name()).await {
+            Ok(written) => self.written = written,
+            Err(e) => tracing::warn!(error = %error_chain(&e), "Cannot read the status record"),
+        }
+        self.self_writes.clear();
+        self.fights = Fights::default();
+        self.held_keys.clear();
+    }
+
     /// Makes the app visible before its first reconcile ends (which a slow source can delay
     /// up to `source.timeout`): an app with no status record yet gets one saying it is
     /// initializing (`Ready=False`/`Initializing`, `Reconciling=True`), and the metrics get

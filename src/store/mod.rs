@@ -8,8 +8,11 @@
 //! and asks for a relist when that history is gone.
 //!
 //! Backends: [`sqlite`] (the embedded default: one file, WAL, a change-log table polled
-//! cheaply so writes from other processes are seen) and [`memory`] (tests).
+//! cheaply so writes from other processes are seen), `etcd` (cargo feature `etcd`: a cluster
+//! shared by several agent replicas) and [`memory`] (tests).
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod memory;
 pub mod sqlite;
 
@@ -63,6 +66,17 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// Proof that this agent replica holds an app (etcd replicas): the app's lease key and the
+/// revision at which this replica created it. While that key still has that
+/// `create_revision`, the replica holds the app, and a fenced store's writes require it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The app's lease key, e.g. `/driftless.leases/guestbook`.
+    pub key: String,
+    /// The key's `create_revision` when this replica took it.
+    pub created: i64,
 }
 
 /// Result alias for store operations.

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod comments;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

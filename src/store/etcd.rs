@@ -1,0 +1,1122 @@
+//! The distributed store: an etcd v3 cluster (cargo feature `etcd`).
+//!
+//! Layout (DESIGN.md section 4): each object is one key, `<prefix>/<group>/<kind>/<namespace>/<name>`
+//! (an empty segment for the core group and for cluster-scoped objects, so a core ConfigMap is
+//! `/driftless//ConfigMap/default/app`), whose value is the object as JSON. The store revision
+//! is etcd's cluster revision, and an object's `metadata.resourceVersion` is its key's
+//! `mod_revision`, set when it is read, as the Kubernetes API server does with its own etcd
+//! storage (`k8s.io/apiserver/pkg/storage/etcd3`): the stored JSON carries none.
+//!
+//! - **Compare-and-swap.** A commit reads the current values of its keys, checks the
+//!   preconditions, then writes in one etcd transaction that compares every key's
+//!   `mod_revision` (or `create_revision == 0` for an absent key) with what it read. When another
+//!   writer got in between, it reads again and re-checks; a precondition that no longer holds is
+//!   [`Error::Conflict`].
+//! - **Transaction size.** etcd refuses a transaction with more than `--max-txn-ops` operations
+//!   (128 by default) or a request above `--max-request-bytes` (1.5 MiB by default), so a commit
+//!   goes in chunks of at most [`Options::max_txn_ops`] writes and [`Options::max_txn_bytes`]
+//!   bytes of values, in order. Each chunk is atomic; the chunks of one commit are not: when a
+//!   later chunk fails, the earlier ones stay written and the error says so. A sync puts its
+//!   inventory last, so it lands only with the last chunk; the sync that follows converges.
+//! - **Change feed.** etcd's native watch on `<prefix>/`, from the revision after the one asked
+//!   for. When that history has been compacted, the feed sends [`WatchItem::Relist`] at the
+//!   current revision and watches on from there.
+//! - **Fencing.** A handle made with [`EtcdStore::fenced`] adds to every write transaction the
+//!   condition that the app's lease key (see [`Replicas`]) is still the one this replica
+//!   created, so a replica that lost an app's lease (a pause, a partition) can never write for
+//!   it, even before it notices.
+//!
+//! Replica coordination lives beside the objects, outside their key space:
+//! `<prefix>.leases/<app>` holds the name of the replica reconciling `app`, attached to that
+//! replica's etcd lease, and `<prefix>.replicas/<replica>` says a replica is alive. See
+//! [`Replicas`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
+    KeyValue, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
+
+use super::{
+    Committed, Error, Event, Fence, Listing, Result, Selector, Store, Watch, WatchItem, Write,
+    check_distinct, stamp,
+};
+use crate::object::{Object, ObjectKey};
+
+/// How to reach an etcd cluster and lay the store out in it.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Client URLs, e.g. `http://127.0.0.1:2379` (`https://` with [`Options::tls`]).
+    pub endpoints: Vec<String>,
+    /// Key prefix without a trailing `/`, e.g. `/driftless`.
+    pub prefix: String,
+    /// etcd user name and password (etcd's own authentication), when the cluster has it on.
+    pub user: Option<(String, SecretString)>,
+    /// TLS to the cluster.
+    pub tls: Option<Tls>,
+    /// How long to wait for a connection (default 5 s).
+    pub dial_timeout: Duration,
+    /// How long one request may take before it counts as failed (default 10 s).
+    pub request_timeout: Duration,
+    /// Most writes in one transaction (default 128, etcd's default `--max-txn-ops`).
+    pub max_txn_ops: usize,
+    /// Most bytes of keys and values in one transaction (default 1 MiB, under etcd's default
+    /// `--max-request-bytes` of 1.5 MiB). A single object larger than this still goes alone.
+    pub max_txn_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/driftless".into(),
+            user: None,
+            tls: None,
+            dial_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_txn_ops: 128,
+            max_txn_bytes: 1 << 20,
+        }
+    }
+}
+
+/// TLS settings, as PEM bytes read from the configured files.
+#[derive(Clone)]
+pub struct Tls {
+    /// CA certificates that sign the servers' certificates (the system roots are not used).
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate and its private key, for clusters that check clients.
+    pub identity: Option<(Vec<u8>, SecretString)>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca", &self.ca.as_ref().map(|c| c.len()))
+            .field("identity", &self.identity.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// A store in an etcd cluster. Cloning gives another handle on the same connection.
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+    opts: Arc<Options>,
+    /// With [`EtcdStore::fenced`]: the app's current fence (`None` while not held).
+    fence: Option<watch::Receiver<Option<Fence>>>,
+}
+
+fn backend<E: std::error::Error + Send + Sync + 'static>(
+    op: &'static str,
+) -> impl FnOnce(E) -> Error {
+    move |e| Error::Backend {
+        op,
+        source: Box::new(e),
+    }
+}
+
+/// An error and its sources, joined with `: ` (for logs).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+fn failed(op: &'static str, message: String) -> Error {
+    Error::Backend {
+        op,
+        source: message.into(),
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster. The connection is made lazily and again after a failure, so
+    /// this succeeds while etcd is down; requests fail until it is back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] for an invalid endpoint URL, an empty endpoint list or prefix, or
+    /// unusable TLS material.
+    pub async fn connect(opts: Options) -> Result<Self> {
+        if opts.endpoints.is_empty() {
+            return Err(failed("open", "no etcd endpoints".into()));
+        }
+        if opts.prefix.is_empty() || opts.prefix.ends_with('/') {
+            return Err(failed(
+                "open",
+                format!(
+                    "the key prefix `{}` must be non-empty and not end with `/`",
+                    opts.prefix
+                ),
+            ));
+        }
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(opts.dial_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        if let Some((user, password)) = &opts.user {
+            connect = connect.with_user(user.clone(), password.expose_secret().to_string());
+        }
+        if let Some(tls) = &opts.tls {
+            let mut t = TlsOptions::new();
+            if let Some(ca) = &tls.ca {
+                t = t.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &tls.identity {
+                t = t.identity(Identity::from_pem(cert, key.expose_secret().as_bytes()));
+            }
+            connect = connect.with_tls(t);
+        }
+        // With a user, connecting authenticates, which needs the cluster: retry in the
+        // background of each request instead of failing the start.
+        let endpoints = opts.endpoints.clone();
+        let client = tokio::time::timeout(
+            opts.dial_timeout + opts.request_timeout,
+            Client::connect(endpoints, Some(connect)),
+        )
+        .await
+        .map_err(|_| {
+            failed(
+                "open",
+                format!(
+                    "no answer from etcd at {} within {:?}",
+                    opts.endpoints.join(", "),
+                    opts.dial_timeout + opts.request_timeout
+                ),
+            )
+        })?
+        .map_err(backend("open"))?;
+        Ok(Self {
+            client,
+            opts: Arc::new(opts),
+            fence: None,
+        })
+    }
+
+    /// The options this store was opened with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// A handle whose every write also requires `fence` to hold (see the module
+    /// documentation). While `fence` is `None` its writes fail with [`Error::Backend`]: this
+    /// replica does not hold the app.
+    pub fn fenced(&self, fence: watch::Receiver<Option<Fence>>) -> Self {
+        Self {
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// Compacts etcd's history up to `revision` (physically, waiting until done): a watch from
+    /// an older revision then gets [`WatchItem::Relist`]. For maintenance and tests; etcd
+    /// compacts by itself when started with `--auto-compaction-retention`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`].
+    pub async fn compact(&self, revision: u64) -> Result<()> {
+        let mut kv = self.client.kv_client();
+        self.timed(
+            "compact",
+            kv.compact(
+                revision as i64,
+                Some(etcd_client::CompactionOptions::new().with_physical()),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The etcd key of an object: `<prefix>/<group>/<kind>/<namespace>/<name>`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the group, kind or namespace contains `/` (Kubernetes allows
+    /// none there), which would make the key ambiguous.
+    pub fn key_of(&self, key: &ObjectKey) -> Result<String> {
+        encode_key(&self.opts.prefix, key)
+    }
+
+    async fn timed<T, F>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        match tokio::time::timeout(self.opts.request_timeout, f).await {
+            Ok(r) => r.map_err(backend(op)),
+            Err(_) => Err(failed(
+                op,
+                format!(
+                    "etcd at {} did not answer within {:?}",
+                    self.opts.endpoints.join(", "),
+                    self.opts.request_timeout
+                ),
+            )),
+        }
+    }
+
+    /// Reads `keys` (etcd keys) in transactions of at most `max_txn_ops` reads, all at one
+    /// revision: the first chunk's. Returns the revision and what exists.
+    async fn read_keys(&self, op: &'static str, keys: &[String]) -> Result<(i64, Vec<KeyValue>)> {
+        let mut kv = self.client.kv_client();
+        let mut revision = 0i64;
+        let mut found = Vec::new();
+        for chunk in keys.chunks(self.opts.max_txn_ops.max(1)) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|k| {
+                    let o = GetOptions::new();
+                    let o = if revision > 0 {
+                        o.with_revision(revision)
+                    } else {
+                        o
+                    };
+                    TxnOp::get(k.as_bytes().to_vec(), Some(o))
+                })
+                .collect();
+            let resp = self.timed(op, kv.txn(Txn::new().and_then(ops))).await?;
+            if revision == 0 {
+                revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+            }
+            for r in resp.op_responses() {
+                if let TxnOpResponse::Get(mut g) = r {
+                    found.extend(g.take_kvs());
+                }
+            }
+        }
+        if revision == 0 {
+            revision = self.current_revision(op).await?;
+        }
+        Ok((revision, found))
+    }
+
+    async fn current_revision(&self, op: &'static str) -> Result<i64> {
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .timed(
+                op,
+                kv.get(
+                    format!("{}/", self.opts.prefix),
+                    Some(GetOptions::new().with_count_only()),
+                ),
+            )
+            .await?;
+        Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
+    }
+
+    /// Commits one chunk: read, check, write with compares; again when another writer got in
+    /// between.
+    async fn commit_chunk(&self, writes: &[Write]) -> Result<Committed> {
+        let keys: Vec<String> = writes
+            .iter()
+            .map(|w| self.key_of(&w.key()))
+            .collect::<Result<_>>()?;
+        let fence = self.fence.as_ref().map(|f| f.borrow().clone());
+        let fence = match fence {
+            None => None,
+            Some(Some(f)) => Some(f),
+            Some(None) => {
+                return Err(failed(
+                    "commit",
+                    "this replica does not hold the app's lease".into(),
+                ));
+            }
+        };
+        let mut kv = self.client.kv_client();
+        for _attempt in 0..16 {
+            let (_, found) = self.read_keys("commit", &keys).await?;
+            let mut current: HashMap<&[u8], &KeyValue> = HashMap::new();
+            for kvp in &found {
+                current.insert(kvp.key(), kvp);
+            }
+            let mut compares = Vec::new();
+            let mut ops = Vec::new();
+            let mut stored = Vec::new();
+            for (w, k) in writes.iter().zip(&keys) {
+                let old_kv = current.get(k.as_bytes()).copied();
+                let old = old_kv.map(|kvp| decode_kv(&w.key(), kvp)).transpose()?;
+                compares.push(match old_kv {
+                    Some(kvp) => {
+                        Compare::mod_revision(k.as_bytes(), CompareOp::Equal, kvp.mod_revision())
+                    }
+                    None => Compare::create_revision(k.as_bytes(), CompareOp::Equal, 0),
+                });
+                match w {
+                    Write::Put {
+                        object,
+                        precondition,
+                    } => {
+                        precondition.check(&w.key(), old.as_ref())?;
+                        let mut new = stamp(old.as_ref(), object.clone(), 0);
+                        new.metadata_mut().remove("resourceVersion");
+                        ops.push(TxnOp::put(k.as_bytes(), new.to_json(), None));
+                        stored.push(new);
+                    }
+                    Write::Delete { precondition, .. } => {
+                        precondition.check(&w.key(), old.as_ref())?;
+                        if old.is_some() {
+                            ops.push(TxnOp::delete(k.as_bytes(), None));
+                        }
+                    }
+                }
+            }
+            if ops.is_empty() {
+                return Ok(Committed::default());
+            }
+            if let Some(f) = &fence {
+                compares.push(Compare::create_revision(
+                    f.key.as_bytes(),
+                    CompareOp::Equal,
+                    f.created,
+                ));
+            }
+            let resp = self
+                .timed("commit", kv.txn(Txn::new().when(compares).and_then(ops)))
+                .await?;
+            if resp.succeeded() {
+                let revision = resp.header().map(|h| h.revision()).unwrap_or(0) as u64;
+                for o in &mut stored {
+                    o.metadata_mut().insert(
+                        "resourceVersion".into(),
+                        Value::String(revision.to_string()),
+                    );
+                }
+                return Ok(Committed { revision, stored });
+            }
+            if let Some(f) = &fence {
+                let held = self
+                    .timed("commit", kv.get(f.key.as_bytes(), None))
+                    .await?
+                    .kvs()
+                    .first()
+                    .map(|kvp| kvp.create_revision());
+                if held != Some(f.created) {
+                    return Err(failed(
+                        "commit",
+                        format!("this replica lost the lease {} (taken over)", f.key),
+                    ));
+                }
+            }
+            // Another writer changed one of the keys since the read: read again and re-check.
+        }
+        Err(failed(
+            "commit",
+            "other writers kept changing these objects during 16 attempts".into(),
+        ))
+    }
+
+    /// Splits writes into chunks within the transaction limits.
+    fn chunks(&self, writes: Vec<Write>) -> Vec<Vec<Write>> {
+        let mut out = Vec::new();
+        let mut chunk = Vec::new();
+        let mut bytes = 0usize;
+        for w in writes {
+            let size = match &w {
+                Write::Put { object, .. } => object.to_json().len() + 64,
+                Write::Delete { .. } => 64,
+            } + self.opts.prefix.len();
+            if !chunk.is_empty()
+                && (chunk.len() >= self.opts.max_txn_ops.max(1)
+                    || bytes + size > self.opts.max_txn_bytes)
+            {
+                out.push(std::mem::take(&mut chunk));
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(w);
+        }
+        if !chunk.is_empty() {
+            out.push(chunk);
+        }
+        out
+    }
+
+    /// Lists every object under `start` (an etcd key prefix), paginated at one revision.
+    async fn list_prefix(&self, start: String, selector: &Selector) -> Result<Listing> {
+        const PAGE: i64 = 1000;
+        let mut kv = self.client.kv_client();
+        let end = prefix_end(start.as_bytes());
+        let mut from = start.into_bytes();
+        let mut revision = 0i64;
+        let mut objects = BTreeMap::new();
+        loop {
+            let mut o = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if revision > 0 {
+                o = o.with_revision(revision);
+            }
+            let resp = self.timed("list", kv.get(from.clone(), Some(o))).await?;
+            if revision == 0 {
+                revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+            }
+            for kvp in resp.kvs() {
+                let Some(key) = decode_key(&self.opts.prefix, kvp.key()) else {
+                    continue;
+                };
+                if selector.matches(&key) {
+                    let o = decode_kv(&key, kvp)?;
+                    objects.insert(key, o);
+                }
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(Listing {
+            revision: revision as u64,
+            objects,
+        })
+    }
+}
+
+/// The key just after every key that starts with `prefix` (etcd's range end for a prefix).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// `<prefix>/<group>/<kind>/<namespace>/<name>`.
+fn encode_key(prefix: &str, key: &ObjectKey) -> Result<String> {
+    for (what, segment) in [
+        ("group", &key.group),
+        ("kind", &key.kind),
+        ("namespace", &key.namespace),
+    ] {
+        if segment.contains('/') {
+            return Err(failed(
+                "key",
+                format!("the {what} of {key} contains `/`, which an etcd key cannot carry here"),
+            ));
+        }
+    }
+    Ok(format!(
+        "{prefix}/{}/{}/{}/{}",
+        key.group, key.kind, key.namespace, key.name
+    ))
+}
+
+/// The object key of an etcd key under `prefix`, or `None` for keys of another layout.
+fn decode_key(prefix: &str, raw: &[u8]) -> Option<ObjectKey> {
+    let s = std::str::from_utf8(raw).ok()?;
+    let rest = s.strip_prefix(prefix)?.strip_prefix('/')?;
+    let mut parts = rest.splitn(4, '/');
+    let (group, kind, namespace, name) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if kind.is_empty() || name.is_empty() {
+        return None;
+    }
+    Some(ObjectKey::new(group, kind, namespace, name))
+}
+
+/// The object in a key-value pair, with `resourceVersion` = the key's `mod_revision`.
+fn decode_kv(key: &ObjectKey, kvp: &KeyValue) -> Result<Object> {
+    let body = std::str::from_utf8(kvp.value()).map_err(|e| Error::Corrupt {
+        key: key.clone(),
+        source: Box::new(e),
+    })?;
+    let mut o = super::decode(key, body)?;
+    o.metadata_mut().insert(
+        "resourceVersion".into(),
+        Value::String(kvp.mod_revision().to_string()),
+    );
+    Ok(o)
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Object>> {
+        let k = self.key_of(key)?;
+        let mut kv = self.client.kv_client();
+        let resp = self.timed("get", kv.get(k, None)).await?;
+        resp.kvs()
+            .first()
+            .map(|kvp| decode_kv(key, kvp))
+            .transpose()
+    }
+
+    async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        let k = self.key_of(key)?;
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .timed(
+                "version_of",
+                kv.get(k, Some(GetOptions::new().with_keys_only())),
+            )
+            .await?;
+        Ok(resp.kvs().first().map(|kvp| kvp.mod_revision() as u64))
+    }
+
+    async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
+        let raw: Vec<String> = keys.iter().map(|k| self.key_of(k)).collect::<Result<_>>()?;
+        let (revision, found) = self.read_keys("get_many", &raw).await?;
+        let mut objects = BTreeMap::new();
+        for kvp in &found {
+            if let Some(key) = decode_key(&self.opts.prefix, kvp.key()) {
+                let o = decode_kv(&key, kvp)?;
+                objects.insert(key, o);
+            }
+        }
+        Ok(Listing {
+            revision: revision as u64,
+            objects,
+        })
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Listing> {
+        // Narrow the range by the leading segments the selector fixes.
+        let mut start = format!("{}/", self.opts.prefix);
+        if let Some(g) = &selector.group
+            && !g.contains('/')
+        {
+            start.push_str(g);
+            start.push('/');
+            if let Some(k) = &selector.kind
+                && !k.contains('/')
+            {
+                start.push_str(k);
+                start.push('/');
+                if let Some(n) = &selector.namespace
+                    && !n.contains('/')
+                {
+                    start.push_str(n);
+                    start.push('/');
+                }
+            }
+        }
+        self.list_prefix(start, selector).await
+    }
+
+    async fn commit(&self, writes: Vec<Write>) -> Result<Committed> {
+        if writes.is_empty() {
+            return Ok(Committed::default());
+        }
+        check_distinct(&writes)?;
+        let chunks = self.chunks(writes);
+        let total = chunks.len();
+        let mut out = Committed::default();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            match self.commit_chunk(&chunk).await {
+                Ok(c) => {
+                    if c.revision > 0 {
+                        out.revision = c.revision;
+                    }
+                    out.stored.extend(c.stored);
+                }
+                Err(e) if i > 0 => {
+                    tracing::warn!(
+                        written = i,
+                        of = total,
+                        "A commit larger than one etcd transaction failed part way; the earlier transactions stay written"
+                    );
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn revision(&self) -> Result<u64> {
+        Ok(self.current_revision("revision").await? as u64)
+    }
+
+    async fn watch(&self, from_revision: u64) -> Result<Watch> {
+        let prefix = format!("{}/", self.opts.prefix);
+        let mut client = self.client.watch_client();
+        let start = |rev: u64| {
+            WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(rev as i64 + 1)
+        };
+        let mut stream = self
+            .timed(
+                "watch",
+                client.watch(prefix.clone(), Some(start(from_revision))),
+            )
+            .await?;
+        let (tx, rx) = mpsc::channel(1024);
+        let key_prefix = self.opts.prefix.clone();
+        let this = self.clone();
+        let span = tracing::info_span!("store_watch", backend = "etcd", prefix = %key_prefix);
+        tokio::spawn(
+            async move {
+                loop {
+                    let msg = tokio::select! {
+                        m = stream.message() => m,
+                        _ = tx.closed() => return,
+                    };
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) => {
+                            let _ = tx
+                                .send(Err(failed("watch", "etcd ended the watch".into())))
+                                .await;
+                            return;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(backend("watch")(e))).await;
+                            return;
+                        }
+                    };
+                    if resp.compact_revision() > 0 {
+                        // History is gone: relist at the current revision, watch on from it.
+                        let current = match this.current_revision("watch").await {
+                            Ok(r) => r as u64,
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                        };
+                        if tx
+                            .send(Ok(WatchItem::Relist { revision: current }))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        match client.watch(prefix.clone(), Some(start(current))).await {
+                            Ok(s) => stream = s,
+                            Err(e) => {
+                                let _ = tx.send(Err(backend("watch")(e))).await;
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    if resp.canceled() {
+                        let _ = tx
+                            .send(Err(failed(
+                                "watch",
+                                format!("etcd cancelled the watch: {}", resp.cancel_reason()),
+                            )))
+                            .await;
+                        return;
+                    }
+                    for ev in resp.events() {
+                        let Some(kvp) = ev.kv() else { continue };
+                        let Some(key) = decode_key(&key_prefix, kvp.key()) else {
+                            continue;
+                        };
+                        let item = WatchItem::Event(Event {
+                            revision: kvp.mod_revision() as u64,
+                            key,
+                            deleted: ev.event_type() == EventType::Delete,
+                        });
+                        if tx.send(Ok(item)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        Ok(rx)
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+}
+
+/// Which replica holds each app, and since when: read from `<prefix>.leases/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The replica's name.
+    pub replica: String,
+    /// The revision at which it took the app.
+    pub since_revision: u64,
+}
+
+/// Reads who holds each app (by app name).
+///
+/// # Errors
+///
+/// [`Error::Backend`].
+pub async fn holders(store: &EtcdStore) -> Result<BTreeMap<String, Holder>> {
+    let prefix = format!("{}.leases/", store.opts.prefix);
+    let mut kv = store.client.kv_client();
+    let resp = store
+        .timed(
+            "holders",
+            kv.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+    let mut out = BTreeMap::new();
+    for kvp in resp.kvs() {
+        let (Ok(k), Ok(v)) = (kvp.key_str(), kvp.value_str()) else {
+            continue;
+        };
+        if let Some(app) = k.strip_prefix(&prefix) {
+            out.insert(
+                app.to_string(),
+                Holder {
+                    replica: v.to_string(),
+                    since_revision: kvp.create_revision() as u64,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The replicas of one agent deployment sharing apps through etcd leases.
+///
+/// Each replica has one etcd lease of [`Replicas::ttl`], kept alive every third of it. It
+/// registers `<prefix>.replicas/<name>` under that lease, and takes an app by creating
+/// `<prefix>.leases/<app>` under it in a transaction that requires the key to be absent. A
+/// replica that dies stops keeping its lease alive; etcd deletes its keys when the lease
+/// expires (at most `ttl` later), the other replicas see the deletion on their watch and one of
+/// them takes the app. A replica takes apps up to its fair share (apps divided by live
+/// replicas, rounded up) at once, and more only when they stay free for a pass; above its
+/// share it gives one app back per pass, so apps spread when replicas join.
+///
+/// A replica that cannot reach etcd for longer than two thirds of the TTL drops every app
+/// (its gates close) before the lease can expire at the server, and takes them back when its
+/// lease proves alive again; its writes are fenced in any case (see [`EtcdStore::fenced`]).
+pub struct Replicas {
+    store: EtcdStore,
+    name: String,
+    ttl: Duration,
+    apps: Vec<String>,
+    gates: HashMap<String, watch::Sender<Option<Fence>>>,
+}
+
+impl Replicas {
+    /// Coordination for `apps` as replica `name` (unique among the replicas) with leases of
+    /// `ttl` (whole seconds, at least 2).
+    pub fn new(store: &EtcdStore, name: &str, ttl: Duration, apps: Vec<String>) -> Self {
+        let gates = apps
+            .iter()
+            .map(|a| (a.clone(), watch::channel(None).0))
+            .collect();
+        Self {
+            store: store.clone(),
+            name: name.to_string(),
+            ttl: ttl.max(Duration::from_secs(2)),
+            apps,
+            gates,
+        }
+    }
+
+    /// The replica's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The lease time to live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The gate of `app`: `Some(fence)` while this replica holds it. `None` for an unknown app.
+    pub fn gate(&self, app: &str) -> Option<watch::Receiver<Option<Fence>>> {
+        self.gates.get(app).map(|g| g.subscribe())
+    }
+
+    fn lease_key(&self, app: &str) -> String {
+        format!("{}.leases/{app}", self.store.opts.prefix)
+    }
+
+    fn replica_key(&self) -> String {
+        format!("{}.replicas/{}", self.store.opts.prefix, self.name)
+    }
+
+    fn drop_all(&self) {
+        for g in self.gates.values() {
+            g.send_if_modified(|f| f.take().is_some());
+        }
+    }
+
+    /// Runs the coordination until `shutdown` becomes true, then gives every app back (deletes
+    /// its keys by revoking the lease) so the other replicas take over at once.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let mut failures = 0u32;
+        let mut lease = None;
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            match self.session(&mut lease, &mut shutdown).await {
+                Ok(()) => return,
+                Err(e) => {
+                    self.drop_all();
+                    failures += 1;
+                    let delay = Duration::from_millis(500)
+                        .saturating_mul(1 << failures.min(5))
+                        .min(self.ttl);
+                    tracing::warn!(error = %chain(&e), retry_in = ?delay, "Replica coordination through etcd failed; every app is released until it works again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// One lease's life: grant (or keep `current` when it is still alive, as after etcd
+    /// restarted), register, take apps, keep alive; returns `Ok` on shutdown.
+    async fn session(
+        &self,
+        current: &mut Option<i64>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<()> {
+        let store = &self.store;
+        let mut lease = store.client.lease_client();
+        let mut kv = store.client.kv_client();
+        let alive = match *current {
+            Some(id) => {
+                store
+                    .timed("lease", lease.time_to_live(id, None))
+                    .await?
+                    .ttl()
+                    > 0
+            }
+            None => false,
+        };
+        let id = match *current {
+            Some(id) if alive => {
+                tracing::info!(replica = %self.name, lease = format_args!("{id:x}"), "Replica lease still alive; keeping it");
+                id
+            }
+            _ => {
+                let granted = store
+                    .timed("lease", lease.grant(self.ttl.as_secs() as i64, None))
+                    .await?;
+                let id = granted.id();
+                tracing::info!(replica = %self.name, lease = format_args!("{id:x}"), ttl_seconds = self.ttl.as_secs(), "Replica lease granted");
+                id
+            }
+        };
+        *current = Some(id);
+        store
+            .timed(
+                "lease",
+                kv.put(
+                    self.replica_key(),
+                    self.name.clone(),
+                    Some(PutOptions::new().with_lease(id)),
+                ),
+            )
+            .await?;
+        let (mut keeper, mut acks) = store.timed("lease", lease.keep_alive(id)).await?;
+        let mut watcher = store.client.watch_client();
+        let leases_prefix = format!("{}.leases/", store.opts.prefix);
+        let mut changes = store
+            .timed(
+                "lease",
+                watcher.watch(leases_prefix, Some(WatchOptions::new().with_prefix())),
+            )
+            .await?;
+        let beat = self.ttl / 3;
+        let mut last_ack = tokio::time::Instant::now();
+        let mut free_before: HashSet<String> = HashSet::new();
+        let mut tick = tokio::time::interval(beat);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                _ = shutdown.changed() => break Ok(()),
+                _ = tick.tick() => {
+                    if let Err(e) = store.timed("lease", keeper.keep_alive()).await {
+                        tracing::warn!(error = %e, "Lease keep-alive not sent");
+                    }
+                    if last_ack.elapsed() > self.ttl * 2 / 3 {
+                        break Err(failed("lease", format!("no keep-alive answer for {:?}", last_ack.elapsed())));
+                    }
+                    if let Err(e) = self.pass(id, &mut free_before).await {
+                        tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
+                    }
+                }
+                ack = acks.message() => match ack {
+                    Ok(Some(a)) if a.ttl() > 0 => last_ack = tokio::time::Instant::now(),
+                    Ok(Some(_)) => break Err(failed("lease", "the lease expired".into())),
+                    Ok(None) => break Err(failed("lease", "etcd ended the keep-alive stream".into())),
+                    Err(e) => break Err(backend("lease")(e)),
+                },
+                change = changes.message() => match change {
+                    Ok(Some(resp)) => {
+                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete)
+                            && let Err(e) = self.pass(id, &mut free_before).await {
+                                tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
+                            }
+                    }
+                    Ok(None) => break Err(failed("lease", "etcd ended the watch of the leases".into())),
+                    Err(e) => break Err(backend("lease")(e)),
+                },
+            }
+        };
+        self.drop_all();
+        if result.is_ok() {
+            // Give the apps back at once rather than after the TTL.
+            let _ = store.timed("lease", lease.revoke(id)).await;
+            *current = None;
+            tracing::info!(replica = %self.name, "Replica lease revoked; apps released");
+        }
+        result
+    }
+
+    /// One look at who holds what: take free apps up to the fair share, keep what is ours, give
+    /// back one app above the share.
+    async fn pass(&self, lease: i64, free_before: &mut HashSet<String>) -> Result<()> {
+        let store = &self.store;
+        let mut kv = store.client.kv_client();
+        let replicas = store
+            .timed(
+                "lease",
+                kv.get(
+                    format!("{}.replicas/", store.opts.prefix),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+            )
+            .await?
+            .count()
+            .max(1) as usize;
+        let holders = holders(store).await?;
+        let fair = self.apps.len().div_ceil(replicas);
+        let mut held: Vec<&String> = Vec::new();
+        for app in &self.apps {
+            let mine = holders.get(app).filter(|h| h.replica == self.name);
+            let gate = &self.gates[app];
+            match mine {
+                Some(h) => {
+                    let fence = Fence {
+                        key: self.lease_key(app),
+                        created: h.since_revision as i64,
+                    };
+                    gate.send_if_modified(|f| {
+                        if f.as_ref() != Some(&fence) {
+                            *f = Some(fence.clone());
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                    held.push(app);
+                }
+                None => {
+                    if gate.send_if_modified(|f| f.take().is_some()) {
+                        tracing::warn!(%app, holder = ?holders.get(app).map(|h| &h.replica), "App taken by another replica");
+                    }
+                }
+            }
+        }
+        let mut count = held.len();
+        for app in &self.apps {
+            if holders.contains_key(app) {
+                free_before.remove(app);
+                continue;
+            }
+            if count >= fair && !free_before.contains(app) {
+                // Above the fair share: take it only if nobody else has on the next pass.
+                free_before.insert(app.clone());
+                continue;
+            }
+            let key = self.lease_key(app);
+            let resp = store
+                .timed(
+                    "lease",
+                    kv.txn(
+                        Txn::new()
+                            .when([Compare::create_revision(
+                                key.as_bytes(),
+                                CompareOp::Equal,
+                                0,
+                            )])
+                            .and_then([TxnOp::put(
+                                key.as_bytes(),
+                                self.name.as_bytes(),
+                                Some(PutOptions::new().with_lease(lease)),
+                            )]),
+                    ),
+                )
+                .await?;
+            free_before.remove(app);
+            if resp.succeeded() {
+                let created = resp.header().map(|h| h.revision()).unwrap_or(0);
+                tracing::info!(%app, replica = %self.name, "App lease taken");
+                self.gates[app].send_replace(Some(Fence { key, created }));
+                count += 1;
+            }
+        }
+        if count > fair
+            && let Some(app) = held.last()
+        {
+            // Give one back so a replica with fewer apps can take it.
+            let key = self.lease_key(app);
+            let created = self.gates[*app]
+                .borrow()
+                .as_ref()
+                .map(|f| f.created)
+                .unwrap_or(0);
+            self.gates[*app].send_replace(None);
+            let _ = store
+                .timed(
+                    "lease",
+                    kv.txn(
+                        Txn::new()
+                            .when([Compare::create_revision(
+                                key.as_bytes(),
+                                CompareOp::Equal,
+                                created,
+                            )])
+                            .and_then([TxnOp::delete(key.as_bytes(), None)]),
+                    ),
+                )
+                .await?;
+            tracing::info!(%app, replica = %self.name, share = fair, "App lease given back to balance the replicas");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_carry_group_kind_namespace_and_name_and_read_back() {
+        let k = ObjectKey::new("", "ConfigMap", "default", "app");
+        let raw = encode_key("/driftless", &k).unwrap();
+        assert_eq!(raw, "/driftless//ConfigMap/default/app");
+        assert_eq!(decode_key("/driftless", raw.as_bytes()), Some(k));
+        let c = ObjectKey::new("rbac.authorization.k8s.io", "ClusterRole", "", "view");
+        let raw = encode_key("/d", &c).unwrap();
+        assert_eq!(raw, "/d/rbac.authorization.k8s.io/ClusterRole//view");
+        assert_eq!(decode_key("/d", raw.as_bytes()), Some(c));
+        // Keys of another layout, or another prefix, are not objects.
+        assert_eq!(decode_key("/d", b"/d/x/y"), None);
+        assert_eq!(decode_key("/d", b"/dx//ConfigMap/a/b"), None);
+        assert_eq!(decode_key("/d", b"/d.leases/app"), None);
+        assert!(encode_key("/d", &ObjectKey::new("a/b", "K", "", "n")).is_err());
+    }
+
+    #[test]
+    fn a_prefix_range_ends_after_every_key_that_starts_with_it() {
+        assert_eq!(prefix_end(b"/d/"), b"/d0".to_vec());
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
+        assert_eq!(prefix_end(&[0xff]), vec![0]);
+    }
+}

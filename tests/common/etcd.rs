@@ -1,0 +1,160 @@
+//! A real etcd server for the tests: the `etcd` binary (Debian's `etcd-server`) on free loopback
+//! ports with its own data folder, stopped and started again at will.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The shared server `.ci/run` starts, when it did: `DRIFTLESS_TEST_ETCD=http://127.0.0.1:port`.
+pub fn shared_endpoint() -> Option<String> {
+    std::env::var("DRIFTLESS_TEST_ETCD")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One etcd member on loopback.
+pub struct EtcdServer {
+    pub client_port: u16,
+    peer_port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl EtcdServer {
+    /// Starts a fresh single-member cluster and waits until it answers.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts one with extra command-line flags (e.g. `--max-txn-ops=8`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut s = EtcdServer {
+            client_port: free_port(),
+            peer_port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.resume();
+        s
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Starts the server again on the same ports and data (after [`EtcdServer::kill`]).
+    pub fn resume(&mut self) {
+        assert!(self.child.is_none(), "etcd is already running");
+        let bin = which_etcd();
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(bin)
+            .args(["--name", "test"])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--log-level", "warn"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        let start = Instant::now();
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
+                && health(self.client_port)
+            {
+                return;
+            }
+            if let Some(c) = &mut self.child
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!("etcd exited with {status}:\n{}", self.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd did not come up within 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the server at once (SIGKILL): its clients see connections fail.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// True when `GET /health` answers `"health":"true"`.
+fn health(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+/// The etcd binary: `ETCD_BIN`, else `etcd` on the PATH. Fails the test when there is none:
+/// a missing server must not turn into a skipped test.
+pub fn which_etcd() -> String {
+    if let Ok(b) = std::env::var("ETCD_BIN") {
+        return b;
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = std::path::Path::new(dir).join("etcd");
+        if p.is_file() {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    panic!(
+        "no `etcd` binary on the PATH: install it (Debian: `apt-get install etcd-server`) or set ETCD_BIN"
+    );
+}
