@@ -571,12 +571,16 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let agent = Agent::new(store.clone(), apps).with_previews(previews);
+    // The replicas give their apps back only once the app loops have stopped, so a reconcile
+    // in progress is not cut off by its own fence.
+    #[cfg(feature = "etcd")]
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
     #[cfg(feature = "etcd")]
     let (agent, coordination) = match replicas {
         Some((r, gates)) => {
             tracing::info!(replica = %r.name(), lease_ttl_seconds = r.ttl().as_secs(), "Sharing the apps with the other replicas through etcd leases");
             let task = tokio::spawn(
-                r.run(rx.clone())
+                r.run(release_rx)
                     .instrument(tracing::info_span!("replicas")),
             );
             (agent.with_gates(gates), Some(task))
@@ -633,6 +637,8 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let _ = tx.send(true);
     let stopping = async {
         join.await.context("agent task failed")?;
+        #[cfg(feature = "etcd")]
+        let _ = release_tx.send(true);
         #[cfg(feature = "etcd")]
         if let Some(c) = coordination {
             c.await.context("replica coordination failed")?;
@@ -1349,7 +1355,8 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         StatusFormat::Table => {
-            let mut rows = vec![[
+            // The REPLICA column only with etcd replicas.
+            let mut rows = vec![vec![
                 "NAME".to_string(),
                 "SYNC".into(),
                 "HEALTH".into(),
@@ -1364,7 +1371,7 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                     None => "-".to_string(),
                     Some(h) => h.get(&a.name).cloned().unwrap_or_else(|| "(none)".into()),
                 };
-                rows.push([
+                rows.push(vec![
                     a.name.clone(),
                     a.sync.to_string(),
                     a.health.to_string(),
@@ -1375,6 +1382,11 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                     replica,
                     ready.map_or(String::new(), |c| format!("{}: {}", c.reason, c.message)),
                 ]);
+            }
+            if holders.is_none() {
+                for r in &mut rows {
+                    r.remove(5);
+                }
             }
             print_table(&rows);
         }
@@ -1400,18 +1412,19 @@ async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<String, String>
     Ok(None)
 }
 
-fn print_table<const N: usize>(rows: &[[String; N]]) {
-    let mut widths = [0usize; N];
+fn print_table<R: AsRef<[String]>>(rows: &[R]) {
+    let n = rows.first().map_or(0, |r| r.as_ref().len());
+    let mut widths = vec![0usize; n];
     for r in rows {
-        for (i, c) in r.iter().enumerate() {
+        for (i, c) in r.as_ref().iter().enumerate().take(n) {
             widths[i] = widths[i].max(c.chars().count());
         }
     }
     let mut out = std::io::stdout().lock();
     for r in rows {
         let mut line = String::new();
-        for (i, c) in r.iter().enumerate() {
-            if i + 1 == N {
+        for (i, c) in r.as_ref().iter().enumerate().take(n) {
+            if i + 1 == n {
                 line.push_str(c);
             } else {
                 line.push_str(&format!("{c:<w$}   ", w = widths[i]));

@@ -261,13 +261,29 @@ async fn metrics(State(s): State<ServerState>) -> Response {
         .into_response()
 }
 
+/// The 503 answer when the store cannot be read: the error, and the statuses this agent last
+/// computed (which say why its syncs fail), under `apps`.
+fn store_unreadable(s: &ServerState, e: &crate::store::Error, only: Option<&str>) -> Response {
+    let apps: Vec<AppStatus> = s
+        .handle
+        .latest()
+        .all()
+        .into_iter()
+        .filter(|a| only.is_none_or(|n| a.name == n))
+        .collect();
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({
+            "error": format!("cannot read the store: {}", crate::reconcile::error_chain(e)),
+            "apps": apps,
+        }),
+    )
+}
+
 async fn statuses(s: &ServerState) -> Result<Vec<AppStatus>, Response> {
-    status::read_all(s.store.as_ref()).await.map_err(|e| {
-        json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"error": format!("cannot read the store: {e}")}),
-        )
-    })
+    status::read_all(s.store.as_ref())
+        .await
+        .map_err(|e| store_unreadable(s, &e, None))
 }
 
 async fn list_apps(State(s): State<ServerState>) -> Response {
@@ -284,10 +300,7 @@ async fn get_app(State(s): State<ServerState>, Path(name): Path<String>) -> Resp
             StatusCode::NOT_FOUND,
             json!({"error": format!("no app named `{name}`")}),
         ),
-        Err(e) => json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"error": format!("cannot read the store: {e}")}),
-        ),
+        Err(e) => store_unreadable(&s, &e, Some(&name)),
     }
 }
 

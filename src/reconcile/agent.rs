@@ -47,6 +47,40 @@ impl Readiness {
     }
 }
 
+/// The status of each app as this agent last computed it, whether or not the store took it:
+/// what the API shows when the store cannot be read (etcd down). Apps this replica stands by
+/// for are absent.
+#[derive(Debug, Default)]
+pub struct Latest {
+    statuses: std::sync::Mutex<std::collections::BTreeMap<String, crate::status::AppStatus>>,
+}
+
+impl Latest {
+    fn publish(&self, status: &crate::status::AppStatus) {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(status.name.clone(), status.clone());
+    }
+
+    fn forget(&self, app: &str) {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(app);
+    }
+
+    /// The statuses, by app name.
+    pub fn all(&self) -> Vec<crate::status::AppStatus> {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
 /// Shortest time between two fetches requested by webhooks or manual syncs of one app.
 pub const REQUEST_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -85,6 +119,7 @@ pub struct Handle {
     /// Per app with previews: a request for a preview pass now.
     previews: HashMap<String, Arc<Notify>>,
     readiness: Arc<Readiness>,
+    latest: Arc<Latest>,
 }
 
 impl Handle {
@@ -124,6 +159,11 @@ impl Handle {
     /// Which apps have finished their first reconcile.
     pub fn readiness(&self) -> &Readiness {
         &self.readiness
+    }
+
+    /// The statuses this agent last computed, for when the store cannot be read.
+    pub fn latest(&self) -> &Latest {
+        &self.latest
     }
 }
 
@@ -174,6 +214,7 @@ impl Agent {
             self.apps.iter().map(|a| a.name().to_string()),
         ));
         let mut gates = self.gates;
+        let latest = Arc::new(Latest::default());
         for app in self.apps {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
@@ -184,6 +225,7 @@ impl Agent {
                 requested,
                 shutdown: shutdown.clone(),
                 readiness: readiness.clone(),
+                latest: latest.clone(),
             });
         }
         let mut previews = HashMap::new();
@@ -236,6 +278,7 @@ impl Agent {
                 triggers,
                 previews,
                 readiness,
+                latest,
             },
             join,
         )
@@ -342,6 +385,7 @@ struct AppLoop {
     requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
     readiness: Arc<Readiness>,
+    latest: Arc<Latest>,
 }
 
 impl AppLoop {
@@ -354,12 +398,16 @@ impl AppLoop {
         let mut next_fetch = Instant::now();
         let mut last_requested: Option<Instant> = None;
         loop {
+            if *self.shutdown.borrow() {
+                break;
+            }
             if let Some(g) = &mut gate
                 && g.borrow_and_update().is_none()
             {
                 if holding {
                     tracing::warn!("This replica no longer holds the app; standing by");
                 }
+                self.latest.forget(self.app.name());
                 // A standby replica is ready: it serves, and takes the app when it is free.
                 self.readiness.done(self.app.name());
                 tokio::select! {
@@ -421,6 +469,7 @@ impl AppLoop {
             let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
             let (delay, _report) = self.app.reconcile(trigger).await;
             self.readiness.done(self.app.name());
+            self.latest.publish(self.app.status());
             if fetch || self.app.failing() {
                 next_fetch = Instant::now() + delay;
             }

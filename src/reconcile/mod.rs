@@ -26,7 +26,7 @@ mod app;
 mod backoff;
 mod preview;
 
-pub use agent::{Agent, Gate, Handle, Readiness};
+pub use agent::{Agent, Gate, Handle, Latest, Readiness};
 pub use app::App;
 pub use backoff::{Backoff, Fights};
 pub use preview::{PassReport, Previews};

@@ -124,6 +124,15 @@ fn backend<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
+/// An error of the etcd client, naming the cluster it came from.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd at {endpoints}")]
+struct EtcdError {
+    endpoints: String,
+    #[source]
+    source: etcd_client::Error,
+}
+
 /// An error and its sources, joined with `: ` (for logs).
 fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -252,12 +261,23 @@ impl EtcdStore {
         encode_key(&self.opts.prefix, key)
     }
 
+    /// An etcd client error as a store error naming the cluster.
+    fn etcd_err(&self, op: &'static str, source: etcd_client::Error) -> Error {
+        Error::Backend {
+            op,
+            source: Box::new(EtcdError {
+                endpoints: self.opts.endpoints.join(", "),
+                source,
+            }),
+        }
+    }
+
     async fn timed<T, F>(&self, op: &'static str, f: F) -> Result<T>
     where
         F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         match tokio::time::timeout(self.opts.request_timeout, f).await {
-            Ok(r) => r.map_err(backend(op)),
+            Ok(r) => r.map_err(|e| self.etcd_err(op, e)),
             Err(_) => Err(failed(
                 op,
                 format!(
@@ -677,7 +697,7 @@ impl Store for EtcdStore {
                             return;
                         }
                         Err(e) => {
-                            let _ = tx.send(Err(backend("watch")(e))).await;
+                            let _ = tx.send(Err(this.etcd_err("watch", e))).await;
                             return;
                         }
                     };
@@ -700,7 +720,7 @@ impl Store for EtcdStore {
                         match client.watch(prefix.clone(), Some(start(current))).await {
                             Ok(s) => stream = s,
                             Err(e) => {
-                                let _ = tx.send(Err(backend("watch")(e))).await;
+                                let _ = tx.send(Err(this.etcd_err("watch", e))).await;
                                 return;
                             }
                         }
@@ -954,7 +974,7 @@ impl Replicas {
                     Ok(Some(a)) if a.ttl() > 0 => last_ack = tokio::time::Instant::now(),
                     Ok(Some(_)) => break Err(failed("lease", "the lease expired".into())),
                     Ok(None) => break Err(failed("lease", "etcd ended the keep-alive stream".into())),
-                    Err(e) => break Err(backend("lease")(e)),
+                    Err(e) => break Err(store.etcd_err("lease", e)),
                 },
                 change = changes.message() => match change {
                     Ok(Some(resp)) => {
@@ -964,7 +984,7 @@ impl Replicas {
                             }
                     }
                     Ok(None) => break Err(failed("lease", "etcd ended the watch of the leases".into())),
-                    Err(e) => break Err(backend("lease")(e)),
+                    Err(e) => break Err(store.etcd_err("lease", e)),
                 },
             }
         };

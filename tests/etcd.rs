@@ -1,0 +1,572 @@
+//! The etcd store and replicas on a real etcd server: transaction limits, racing writers,
+//! watch resume across an etcd restart, fencing, an agent riding out an etcd outage, and
+//! several agents sharing apps, one of them killed.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdServer;
+use common::{GitRepo, configmap, wait_for};
+use driftless::object::{Object, ObjectKey};
+use driftless::store::etcd::{EtcdStore, Options, Replicas};
+use driftless::store::{Error, Precondition, Selector, Store, WatchItem, Write};
+use serde_json::{Value, json};
+
+fn cm(name: &str, data: Value) -> Object {
+    Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": data}))
+    .unwrap()
+}
+
+fn put(o: Object, p: Precondition) -> Write {
+    Write::Put {
+        object: o,
+        precondition: p,
+    }
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::new("", "ConfigMap", "default", name)
+}
+
+async fn store(server: &EtcdServer, prefix: &str, max_txn_ops: usize) -> EtcdStore {
+    EtcdStore::connect(Options {
+        endpoints: vec![server.endpoint()],
+        prefix: prefix.into(),
+        max_txn_ops,
+        request_timeout: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn start_etcd(extra: &'static [&'static str]) -> EtcdServer {
+    tokio::task::spawn_blocking(move || EtcdServer::start_with(extra))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_commit_larger_than_the_servers_transaction_limit_goes_in_chunks() {
+    let server = start_etcd(&["--max-txn-ops=8"]).await;
+    let writes = || {
+        (0..50)
+            .map(|i| {
+                put(
+                    cm(&format!("c{i:02}"), json!({"i": i})),
+                    Precondition::Absent,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // Without chunking the server refuses the transaction, and nothing is written.
+    let unchunked = store(&server, "/one", 128).await;
+    let err = unchunked.commit(writes()).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(
+        unchunked
+            .list(&Selector::default())
+            .await
+            .unwrap()
+            .objects
+            .is_empty()
+    );
+    // Within the limit: seven transactions, every object written with its own revision.
+    let s = store(&server, "/two", 8).await;
+    let base = s.revision().await.unwrap();
+    let c = s.commit(writes()).await.unwrap();
+    assert_eq!(c.stored.len(), 50);
+    assert_eq!(c.revision, base + 7, "ceil(50 / 8) transactions");
+    let listing = s.list(&Selector::default()).await.unwrap();
+    assert_eq!(listing.objects.len(), 50);
+    let revisions: std::collections::BTreeSet<u64> = listing
+        .objects
+        .values()
+        .map(|o| o.resource_version().unwrap())
+        .collect();
+    assert_eq!(revisions.len(), 7);
+    // And a read of many keys spans several read transactions at one revision.
+    let keys: Vec<ObjectKey> = (0..50).map(|i| key(&format!("c{i:02}"))).collect();
+    let many = s.get_many(&keys).await.unwrap();
+    assert_eq!(many.objects.len(), 50);
+    assert_eq!(many.revision, c.revision);
+}
+
+#[tokio::test]
+async fn racing_writers_compare_and_swap_exactly_one_wins_and_generations_count_every_change() {
+    let server = start_etcd(&[]).await;
+    let s = Arc::new(store(&server, "/race", 128).await);
+    let c = s
+        .commit(vec![put(cm("a", json!({"v": "0"})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let rv = c.revision;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.commit(vec![put(
+                cm("a", json!({"v": format!("cas-{i}")})),
+                Precondition::ResourceVersion(rv),
+            )])
+            .await
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(Error::Conflict { .. }) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!(won, 1, "exactly one compare-and-swap wins");
+    assert_eq!(s.get(&key("a")).await.unwrap().unwrap().generation(), 2);
+    // Unconditional writers all land; each one's read-modify-write counts its change.
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.commit(vec![put(
+                cm("a", json!({"v": format!("any-{i}")})),
+                Precondition::Any,
+            )])
+            .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        s.get(&key("a")).await.unwrap().unwrap().generation(),
+        12,
+        "no change lost between the read and the write"
+    );
+}
+
+#[tokio::test]
+async fn a_watch_resumes_from_the_last_revision_after_etcd_restarts() {
+    let mut server = start_etcd(&[]).await;
+    let s = store(&server, "/resume", 128).await;
+    let base = s.revision().await.unwrap();
+    let mut w = s.watch(base).await.unwrap();
+    s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let Some(Ok(WatchItem::Event(first))) = tokio::time::timeout(Duration::from_secs(5), w.recv())
+        .await
+        .unwrap()
+    else {
+        panic!("an event")
+    };
+    assert_eq!(first.key, key("a"));
+    server = tokio::task::spawn_blocking(move || {
+        server.kill();
+        server
+    })
+    .await
+    .unwrap();
+    // The watch reports the failure instead of hanging.
+    let failed = tokio::time::timeout(Duration::from_secs(30), w.recv())
+        .await
+        .expect("the watch fails within 30 s of etcd going away");
+    assert!(matches!(failed, Some(Err(_)) | None), "{failed:?}");
+    // Writes fail while etcd is down, with the reason.
+    let down = s
+        .commit(vec![put(cm("b", json!({})), Precondition::Absent)])
+        .await
+        .unwrap_err();
+    assert!(matches!(down, Error::Backend { .. }), "{down}");
+    let server = tokio::task::spawn_blocking(move || {
+        server.resume();
+        server
+    })
+    .await
+    .unwrap();
+    // The same client works again once etcd is back.
+    let mut written = None;
+    for _ in 0..100 {
+        match s
+            .commit(vec![put(cm("b", json!({})), Precondition::Absent)])
+            .await
+        {
+            Ok(c) => {
+                written = Some(c.revision);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let written = written.expect("a write succeeds once etcd is back");
+    let mut w = s.watch(first.revision).await.unwrap();
+    let Some(Ok(WatchItem::Event(next))) = tokio::time::timeout(Duration::from_secs(5), w.recv())
+        .await
+        .unwrap()
+    else {
+        panic!("an event")
+    };
+    assert_eq!(
+        (next.key, next.revision),
+        (key("b"), written),
+        "resumes after the last revision seen, nothing replayed, nothing lost"
+    );
+    drop(server);
+}
+
+#[tokio::test]
+async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
+    let server = start_etcd(&[]).await;
+    let s = store(&server, "/fence", 128).await;
+    let (stop1, stop1_rx) = tokio::sync::watch::channel(false);
+    let r1 = Replicas::new(&s, "r1", Duration::from_secs(2), vec!["app".into()]);
+    let mut gate1 = r1.gate("app").unwrap();
+    let t1 = tokio::spawn(r1.run(stop1_rx));
+    let fence = tokio::time::timeout(Duration::from_secs(10), gate1.wait_for(Option::is_some))
+        .await
+        .unwrap()
+        .unwrap()
+        .clone()
+        .unwrap();
+    let holders = driftless::store::etcd::holders(&s).await.unwrap();
+    assert_eq!(holders["app"].replica, "r1");
+    let fenced = s.fenced(gate1.clone());
+    fenced
+        .commit(vec![put(
+            cm("a", json!({"by": "r1"})),
+            Precondition::Absent,
+        )])
+        .await
+        .unwrap();
+    // r1 stops (its lease is revoked) and r2 takes the app.
+    stop1.send(true).unwrap();
+    t1.await.unwrap();
+    assert!(
+        fenced
+            .commit(vec![put(cm("a", json!({"by": "r1"})), Precondition::Any)])
+            .await
+            .is_err(),
+        "a closed gate refuses writes"
+    );
+    let (_stop2, stop2_rx) = tokio::sync::watch::channel(false);
+    let r2 = Replicas::new(&s, "r2", Duration::from_secs(2), vec!["app".into()]);
+    let mut gate2 = r2.gate("app").unwrap();
+    let _t2 = tokio::spawn(r2.run(stop2_rx));
+    tokio::time::timeout(Duration::from_secs(10), gate2.wait_for(Option::is_some))
+        .await
+        .unwrap()
+        .unwrap();
+    // A paused r1 that never noticed still holds its old fence: etcd refuses its write.
+    let (_keep, stale) = tokio::sync::watch::channel(Some(fence));
+    let err = s
+        .fenced(stale)
+        .commit(vec![put(
+            cm("a", json!({"by": "stale r1"})),
+            Precondition::Any,
+        )])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("store backend failed"), "{err}");
+    assert_eq!(
+        s.get(&key("a")).await.unwrap().unwrap().get("data"),
+        Some(&json!({"by": "r1"}))
+    );
+    s.fenced(gate2)
+        .commit(vec![put(cm("a", json!({"by": "r2"})), Precondition::Any)])
+        .await
+        .unwrap();
+}
+
+/// A project on etcd: a repository with one folder per app, a config per replica.
+struct Project {
+    repo: GitRepo,
+    dir: tempfile::TempDir,
+    endpoint: String,
+}
+
+impl Project {
+    fn new(endpoint: &str, apps: &[&str], interval: &str) -> Self {
+        let repo = GitRepo::new();
+        for app in apps {
+            repo.write(
+                &format!("{app}/cm.yaml"),
+                configmap(&format!("{app}-cm"), &[("k", "1")]),
+            );
+        }
+        repo.commit("first");
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = format!(
+            "store:\n  etcd:\n    endpoints: [\"{endpoint}\"]\n    prefix: /project\n    leaseTTL: 3s\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n"
+        );
+        for app in apps {
+            config.push_str(&format!(
+                "  - name: {app}\n    source: {{repo: {}, path: {app}, interval: {interval}}}\n",
+                repo.url()
+            ));
+        }
+        std::fs::write(dir.path().join("driftless.yaml"), config).unwrap();
+        Project {
+            repo,
+            dir,
+            endpoint: endpoint.into(),
+        }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
+        c.arg("-c")
+            .arg(self.dir.path().join("driftless.yaml"))
+            .current_dir(self.dir.path());
+        c
+    }
+
+    fn log_path(&self, replica: &str) -> PathBuf {
+        self.dir.path().join(format!("{replica}.log"))
+    }
+
+    fn log(&self, replica: &str) -> String {
+        std::fs::read_to_string(self.log_path(replica)).unwrap_or_default()
+    }
+
+    fn agent(&self, replica: &str) -> Child {
+        let log = std::fs::File::create(self.log_path(replica)).unwrap();
+        self.cmd()
+            .arg("run")
+            .env("DRIFTLESS_REPLICA", replica)
+            .env("RUST_LOG", "info,driftless=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("agent starts")
+    }
+
+    /// The `data.k` of a live ConfigMap, `None` when absent or unreadable.
+    fn value(&self, name: &str) -> Option<String> {
+        let out = self
+            .cmd()
+            .args(["store", "get", "configmap", name, "-o", "json"])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["data"]["k"].as_str().map(str::to_string)
+    }
+
+    fn resource_version(&self, name: &str) -> String {
+        let out = self
+            .cmd()
+            .args(["store", "get", "configmap", name, "-o", "json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["metadata"]["resourceVersion"].as_str().unwrap().into()
+    }
+
+    fn put(&self, name: &str, k: &str) {
+        let f = self.dir.path().join("put.yaml");
+        std::fs::write(&f, configmap(name, &[("k", k)])).unwrap();
+        let out = self
+            .cmd()
+            .args(["store", "put", "-f", f.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+    }
+
+    /// `driftless status -o json`: app name to the replica holding it.
+    fn holders(&self) -> BTreeMap<String, Option<String>> {
+        let out = self.cmd().args(["status", "-o", "json"]).output().unwrap();
+        if !out.status.success() {
+            return BTreeMap::new();
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["name"].as_str().unwrap().to_string(),
+                    a["replica"].as_str().map(str::to_string),
+                )
+            })
+            .collect()
+    }
+
+    /// The HTTP address the agent `replica` logged.
+    fn addr(&self, replica: &str) -> String {
+        let mut found = None;
+        wait_for("the agent's address", Duration::from_secs(20), || {
+            found = self
+                .log(replica)
+                .split("addr=")
+                .nth(1)
+                .map(|s| s.split_whitespace().next().unwrap().to_string());
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, Value) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let code = raw[9..12].parse().unwrap();
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (code, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn the_agent_rides_out_an_etcd_outage_and_catches_up_without_a_restart() {
+    let mut server = EtcdServer::start();
+    let p = Project::new(&server.endpoint(), &["web"], "1s");
+    let mut agent = p.agent("only");
+    wait_for("the first sync", Duration::from_secs(60), || {
+        p.value("web-cm").as_deref() == Some("1")
+    });
+    let addr = p.addr("only");
+    server.kill();
+    // A new commit while etcd is down: the agent fetches it and cannot apply it.
+    p.repo
+        .write("web/cm.yaml", configmap("web-cm", &[("k", "2")]));
+    p.repo.commit("second");
+    let mut why = String::new();
+    wait_for(
+        "the API to say why the app cannot sync",
+        Duration::from_secs(60),
+        || {
+            let (code, body) = http_get(&addr, "/api/v1/apps/web");
+            why = format!("{code} {body}");
+            code == 503
+                && body["error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains(&format!("etcd at {}", p.endpoint()))
+        },
+    );
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the agent keeps running"
+    );
+    server.resume();
+    wait_for(
+        "the commit made during the outage to be applied",
+        Duration::from_secs(60),
+        || p.value("web-cm").as_deref() == Some("2"),
+    );
+    // The change feed is back too: drift is reverted.
+    p.put("web-cm", "drift");
+    wait_for("the drift to be reverted", Duration::from_secs(20), || {
+        p.value("web-cm").as_deref() == Some("2")
+    });
+    assert!(agent.try_wait().unwrap().is_none(), "never restarted");
+    let log = p.log("only");
+    assert!(
+        log.contains("Replica coordination through etcd failed"),
+        "{log}"
+    );
+    kill(&mut agent);
+    eprintln!("while etcd was down the API said: {why}");
+}
+
+#[test]
+fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica() {
+    let server = EtcdServer::start();
+    let apps = ["one", "two", "three"];
+    let p = Project::new(&server.endpoint(), &apps, "1h");
+    let mut agents: BTreeMap<&str, Child> = BTreeMap::new();
+    agents.insert("r1", p.agent("r1"));
+    wait_for("r1 to apply every app", Duration::from_secs(60), || {
+        apps.iter()
+            .all(|a| p.value(&format!("{a}-cm")).as_deref() == Some("1"))
+    });
+    agents.insert("r2", p.agent("r2"));
+    agents.insert("r3", p.agent("r3"));
+    // The apps spread: one each.
+    let mut holders = BTreeMap::new();
+    wait_for("one app per replica", Duration::from_secs(60), || {
+        holders = p.holders();
+        let mut held: Vec<_> = holders.values().flatten().cloned().collect();
+        held.sort();
+        held == ["r1", "r2", "r3"]
+    });
+    // Drift on `one` is reverted once, by its holder alone.
+    let holder_of_one = holders["one"].clone().unwrap();
+    p.put("one-cm", "drift");
+    wait_for("the drift to be reverted", Duration::from_secs(20), || {
+        p.value("one-cm").as_deref() == Some("1")
+    });
+    let after = p.resource_version("one-cm");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(p.resource_version("one-cm"), after, "nobody fights over it");
+    let reverts: Vec<(&str, usize)> = agents
+        .keys()
+        .map(|r| (*r, p.log(r).matches("Drift reverted").count()))
+        .collect();
+    let total: usize = reverts.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 1, "reverted exactly once: {reverts:?}");
+    assert_eq!(
+        reverts.iter().find(|(_, n)| *n == 1).unwrap().0,
+        holder_of_one
+    );
+    // Kill the holder of `two` outright: another replica takes it within the lease TTL.
+    let victim = holders["two"].clone().unwrap();
+    let killed_at = Instant::now();
+    kill(agents.get_mut(victim.as_str()).unwrap());
+    let mut new_holder = None;
+    wait_for(
+        "another replica to take `two`",
+        Duration::from_secs(30),
+        || {
+            new_holder = p.holders().get("two").cloned().flatten();
+            new_holder.as_ref().is_some_and(|h| *h != victim)
+        },
+    );
+    let takeover = killed_at.elapsed();
+    eprintln!(
+        "`two` taken over by {} {takeover:?} after {victim} was killed (lease TTL 3 s)",
+        new_holder.as_deref().unwrap()
+    );
+    assert!(
+        takeover < Duration::from_secs(3) + Duration::from_secs(3),
+        "taken over within the TTL and one keep-alive pass: {takeover:?}"
+    );
+    // The new holder reverts drift on `two`.
+    p.put("two-cm", "drift");
+    wait_for(
+        "the new holder to revert the drift",
+        Duration::from_secs(30),
+        || p.value("two-cm").as_deref() == Some("1"),
+    );
+    let new_holder = new_holder.unwrap();
+    assert!(
+        p.log(&new_holder).contains("Drift reverted"),
+        "{}",
+        p.log(&new_holder)
+    );
+    for (_, mut c) in agents {
+        kill(&mut c);
+    }
+    let _ = p.endpoint();
+}
