@@ -1,4 +1,5 @@
-//! Benchmark (not a test): the SQLite store at 10,000 objects.
+//! Benchmark (not a test): the SQLite store, and with the `etcd` feature the etcd store, at
+//! 10,000 objects.
 //!
 //! Generates a Git repository of N objects (default 10,000: half ConfigMaps, half Deployments,
 //! ten per file), then measures with the release binary:
@@ -9,9 +10,12 @@
 //!   the agent has written it back (200 changes; median and p99);
 //! - peak memory (max RSS) of the sync and of the running agent;
 //!
-//! and beside them the floor: SQLite itself writing the same N documents in one transaction,
-//! in the same run. Run with `cargo bench --bench sync` (`-- --objects 100000` for another size,
-//! `-- --runs 5` for more repetitions).
+//! and beside them the floor, in the same run: SQLite itself writing the same N documents in one
+//! transaction; for etcd, the same N keys and values written with plain etcd transactions of 128
+//! puts (etcd's default limit), one after another. Run with `cargo bench --bench sync`, and
+//! `cargo bench --features etcd --bench sync` for etcd too (it starts an `etcd` from the PATH on
+//! loopback); `-- --objects 100000` for another size, `-- --runs 5` for more repetitions,
+//! `-- --store etcd` for one backend only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,10 +25,66 @@ use std::time::{Duration, Instant};
 use driftless::object::{Object, ObjectKey};
 use driftless::store::{Precondition, Store, Write, sqlite::SqliteStore};
 
+#[cfg(feature = "etcd")]
+#[path = "../tests/common/etcd.rs"]
+#[allow(dead_code)]
+mod etcd_server;
+
 struct Args {
     objects: usize,
     runs: usize,
     changes: usize,
+    store: Option<String>,
+}
+
+/// The store a measurement runs against.
+#[derive(Clone)]
+enum Backend {
+    Sqlite,
+    #[cfg(feature = "etcd")]
+    Etcd {
+        endpoint: String,
+    },
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            #[cfg(feature = "etcd")]
+            Backend::Etcd { .. } => "etcd",
+        }
+    }
+
+    /// The `store:` section of a run's config; `run` keeps etcd runs apart by key prefix.
+    fn config(&self, _run: &str) -> String {
+        match self {
+            Backend::Sqlite => "store:\n  sqlite: {path: store.db}\n".into(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd { endpoint } => {
+                format!("store:\n  etcd: {{endpoints: [\"{endpoint}\"], prefix: /bench-{_run}}}\n")
+            }
+        }
+    }
+
+    /// The store of a run, opened in this process.
+    async fn open(&self, dir: &Path, _run: &str) -> Arc<dyn Store> {
+        match self {
+            Backend::Sqlite => {
+                Arc::new(SqliteStore::open(&dir.join("store.db"), Default::default()).unwrap())
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd { endpoint } => Arc::new(
+                driftless::store::etcd::EtcdStore::connect(driftless::store::etcd::Options {
+                    endpoints: vec![endpoint.clone()],
+                    prefix: format!("/bench-{_run}"),
+                    ..Default::default()
+                })
+                .await
+                .unwrap(),
+            ),
+        }
+    }
 }
 
 fn args() -> Args {
@@ -32,6 +92,7 @@ fn args() -> Args {
         objects: 10_000,
         runs: 5,
         changes: 200,
+        store: None,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -41,6 +102,7 @@ fn args() -> Args {
             "--objects" => a.objects = next().expect("--objects N"),
             "--runs" => a.runs = next().expect("--runs N"),
             "--changes" => a.changes = next().expect("--changes N"),
+            "--store" => a.store = argv.get(i + 1).cloned(),
             _ => {}
         }
         i += 1;
@@ -104,12 +166,13 @@ fn make_repo(dir: &Path, n: usize) {
     git(dir, &["commit", "-q", "-m", "bench"]);
 }
 
-fn write_config(dir: &Path, repo: &Path) -> PathBuf {
+fn write_config(dir: &Path, repo: &Path, backend: &Backend, run: &str) -> PathBuf {
     let cfg = dir.join("driftless.yaml");
     std::fs::write(
         &cfg,
         format!(
-            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            "{}cacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            backend.config(run),
             repo.display()
         ),
     )
@@ -168,6 +231,41 @@ fn floor(dir: &Path, docs: &[String]) -> Duration {
     start.elapsed()
 }
 
+/// The etcd floor: the same keys (as driftless lays them out) and documents, written with plain
+/// transactions of 128 puts one after another, under a fresh prefix.
+#[cfg(feature = "etcd")]
+fn etcd_floor(endpoint: &str, docs: &[String]) -> Duration {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let prefix = format!("/floor-{}", rand_suffix());
+        let start = Instant::now();
+        for (c, chunk) in docs.chunks(128).enumerate() {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    etcd_client::TxnOp::put(
+                        format!("{prefix}//ConfigMap/default/config-{:06}", c * 128 + i),
+                        d.as_str(),
+                        None,
+                    )
+                })
+                .collect();
+            client
+                .txn(etcd_client::Txn::new().and_then(ops))
+                .await
+                .unwrap();
+        }
+        start.elapsed()
+    })
+}
+
 fn rand_suffix() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -210,16 +308,66 @@ fn main() {
     std::fs::create_dir_all(&repo).unwrap();
     eprintln!("generating a repository of {} objects...", a.objects);
     make_repo(&repo, a.objects);
-
-    // The floor: SQLite writing the documents (as the JSON driftless stores) in one transaction.
+    // The documents as the JSON driftless stores, for the floors.
     let docs: Vec<String> = (0..a.objects)
         .map(|i| {
             let v: serde_json::Value = serde_saphyr::from_str(&document(i)).unwrap();
             serde_json::to_string(&v).unwrap()
         })
         .collect();
-    let mut floors: Vec<Duration> = (0..a.runs).map(|_| floor(work.path(), &docs)).collect();
-    let floor_med = median(&mut floors);
+    let wanted = |name: &str| {
+        a.store
+            .as_deref()
+            .is_none_or(|s| s.eq_ignore_ascii_case(name))
+    };
+    if wanted("sqlite") {
+        let mut floors: Vec<Duration> = (0..a.runs).map(|_| floor(work.path(), &docs)).collect();
+        let floor_med = median(&mut floors);
+        measure(
+            &a,
+            work.path(),
+            &repo,
+            &Backend::Sqlite,
+            floor_med,
+            &format!("SQLite, {} documents in one transaction", a.objects),
+        );
+    }
+    #[cfg(feature = "etcd")]
+    if wanted("etcd") {
+        let server = match std::env::var("DRIFTLESS_BENCH_ETCD") {
+            Ok(e) => (None, e),
+            Err(_) => {
+                let s = etcd_server::EtcdServer::start_with(&["--quota-backend-bytes=8589934592"]);
+                let e = s.endpoint();
+                (Some(s), e)
+            }
+        };
+        let mut floors: Vec<Duration> = (0..a.runs).map(|_| etcd_floor(&server.1, &docs)).collect();
+        let floor_med = median(&mut floors);
+        measure(
+            &a,
+            work.path(),
+            &repo,
+            &Backend::Etcd {
+                endpoint: server.1.clone(),
+            },
+            floor_med,
+            &format!("etcd, {} keys in plain transactions of 128 puts", a.objects),
+        );
+        drop(server);
+    }
+}
+
+/// Measures one backend and prints its table.
+fn measure(
+    a: &Args,
+    work: &Path,
+    repo: &Path,
+    backend: &Backend,
+    floor_med: Duration,
+    floor_label: &str,
+) {
+    let tag = backend.name().to_lowercase();
 
     // Cold sync and no-op resync.
     let mut cold = Vec::new();
@@ -227,10 +375,12 @@ fn main() {
     let mut cold_rss = 0;
     let mut noop_rss = 0;
     let mut last_cfg = PathBuf::new();
+    let mut last_run = String::new();
     for run in 0..a.runs {
-        let dir = work.path().join(format!("run{run}"));
+        let run = format!("{tag}-run{run}");
+        let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
-        let cfg = write_config(&dir, &repo);
+        let cfg = write_config(&dir, repo, backend, &run);
         let (t, rss) = run_sync(&cfg);
         cold.push(t);
         cold_rss = cold_rss.max(rss);
@@ -238,6 +388,7 @@ fn main() {
         noop.push(t);
         noop_rss = noop_rss.max(rss);
         last_cfg = cfg;
+        last_run = run;
     }
     let cold_med = median(&mut cold);
     let noop_med = median(&mut noop);
@@ -246,18 +397,17 @@ fn main() {
     // runs at each poll, in process, after a first pass (the revision is known, so it fetches,
     // finds nothing new, reads the live objects and plans, and writes nothing).
     let agent_noop_med = {
-        let dir = work.path().join("in-process");
+        let run = format!("{tag}-in-process");
+        let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
-        let cfg_path = write_config(&dir, &repo);
+        let cfg_path = write_config(&dir, repo, backend, &run);
         let cfg = driftless::config::load(&cfg_path).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
-            let store: Arc<dyn Store> = Arc::new(
-                SqliteStore::open(cfg.sqlite_path().unwrap(), Default::default()).unwrap(),
-            );
+            let store = backend.open(&dir, &run).await;
             let git = driftless::source::GitCache::new(&cfg.config.cache_dir);
             let mut app = driftless::reconcile::App::load(
                 cfg.config.apps[0].clone(),
@@ -300,8 +450,7 @@ fn main() {
         .build()
         .unwrap();
     let (mut latencies, agent_rss) = rt.block_on(async {
-        let store: Arc<dyn Store> =
-            Arc::new(SqliteStore::open(&dir.join("store.db"), Default::default()).unwrap());
+        let store = backend.open(&dir, &last_run).await;
         // Wait until the agent is up: its status says Synced.
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
@@ -359,17 +508,16 @@ fn main() {
     let ratio = |d: Duration| format!("{:.1}x", d.as_secs_f64() / floor_med.as_secs_f64());
     println!();
     println!(
-        "driftless bench: SQLite store, {} objects, {} runs, {} drift changes",
-        a.objects, a.runs, a.changes
+        "driftless bench: {} store, {} objects, {} runs, {} drift changes",
+        backend.name(),
+        a.objects,
+        a.runs,
+        a.changes
     );
     println!();
     println!("| measurement | median | vs floor | peak RSS |");
     println!("|---|---|---|---|");
-    println!(
-        "| floor: SQLite, {} documents in one transaction | {} | 1.0x | |",
-        a.objects,
-        ms(floor_med)
-    );
+    println!("| floor: {floor_label} | {} | 1.0x | |", ms(floor_med));
     println!(
         "| cold sync (fresh store and cache; fetch, parse, plan, apply) | {} | {} | {} MiB |",
         ms(cold_med),

@@ -704,6 +704,15 @@ fn validate_etcd(
         ));
     }
     if let Some(t) = &e.tls
+        && t.ca.is_none()
+    {
+        return Err(invalid(
+            at,
+            "store.etcd.tls.ca".into(),
+            "name the CA file that signs the etcd servers' certificates (the system roots are not used)".into(),
+        ));
+    }
+    if let Some(t) = &e.tls
         && t.cert.is_some() != t.key.is_some()
     {
         return Err(invalid(
@@ -1552,6 +1561,68 @@ mod tests {
             top.starts_with("/etc/driftless/driftless.yaml:1:1: unknown field `stores`"),
             "{top}"
         );
+    }
+
+    #[test]
+    fn an_etcd_store_takes_defaults_and_resolves_its_files() {
+        let c = parse_str(
+            "store:\n  etcd:\n    endpoints: [\"https://10.0.0.1:2379\"]\n    username: driftless\n    password: {file: etcd-password}\n    tls: {ca: ca.pem, cert: client.pem, key: {file: client-key.pem}}\n",
+        )
+        .unwrap();
+        assert!(c.sqlite_path().is_none());
+        let e = &c.config.store.etcd.as_ref().unwrap().value;
+        assert_eq!(e.prefix.value, "/driftless");
+        assert_eq!(e.lease_ttl.value, Duration::from_secs(15));
+        assert_eq!(e.dial_timeout.value, Duration::from_secs(5));
+        let tls = e.tls.as_ref().unwrap();
+        assert_eq!(tls.ca.as_deref(), Some(Path::new("/etc/driftless/ca.pem")));
+        assert_eq!(
+            e.password.as_ref().unwrap().value.file.as_deref(),
+            Some(Path::new("/etc/driftless/etcd-password"))
+        );
+    }
+
+    #[test]
+    fn bad_etcd_settings_name_their_field_and_line() {
+        let cases = [
+            (
+                "store:\n  sqlite: {path: a.db}\n  etcd: {endpoints: [\"http://e:2379\"]}\n",
+                "store: choose one store",
+            ),
+            ("store:\n  etcd: {endpoints: []}\n", "store.etcd.endpoints"),
+            (
+                "store:\n  etcd:\n    endpoints: [\"e:2379\"]\n",
+                ":3:17: store.etcd.endpoints[0]: `e:2379` is not an etcd client URL",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"https://e:2379\"]\n",
+                "an https endpoint needs `tls`",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    prefix: driftless/\n",
+                ":4:13: store.etcd.prefix",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    leaseTTL: 1s\n",
+                ":4:15: store.etcd.leaseTTL: must be whole seconds, at least 2s",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    username: u\n",
+                "give `username` and `password` together",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    replica: a/b\n",
+                "store.etcd.replica",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    endpoint: x\n",
+                "unknown field `endpoint`",
+            ),
+        ];
+        for (text, want) in cases {
+            let msg = parse_str(text).unwrap_err().to_string();
+            assert!(msg.contains(want), "{text}\n=> {msg}");
+        }
     }
 
     #[test]

@@ -570,3 +570,186 @@ fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica
     }
     let _ = p.endpoint();
 }
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        common::stderr(&out)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with `openssl`.
+fn certificates(dir: &std::path::Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+    ]);
+    openssl(dir, &ca);
+    for (name, usage) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        ),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        let (key, csr, pem, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        std::fs::write(dir.join(&ext), usage).unwrap();
+        let mut req = vec!["req"];
+        req.extend(ec);
+        req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=driftless-test"]);
+        openssl(dir, &req);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_store_reaches_etcd_over_tls_with_a_client_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path());
+    let at = |f: &str| certs.path().join(f).to_string_lossy().into_owned();
+    let flags: Vec<String> = vec![
+        format!("--cert-file={}", at("server.pem")),
+        format!("--key-file={}", at("server.key")),
+        format!("--trusted-ca-file={}", at("ca.pem")),
+        "--client-cert-auth".into(),
+    ];
+    let flags: &'static [&'static str] = Box::leak(
+        flags
+            .into_iter()
+            .map(|f| &*Box::leak(f.into_boxed_str()))
+            .collect::<Vec<&'static str>>()
+            .into_boxed_slice(),
+    );
+    let server = start_etcd(flags).await;
+    assert!(server.endpoint().starts_with("https://"));
+    let dir = tempfile::tempdir().unwrap();
+    let write_config = |tls: &str| {
+        let path = dir.path().join("driftless.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "store:\n  etcd:\n    endpoints: [\"{}\"]\n    prefix: /tls\n    dialTimeout: 2s\n{tls}",
+                server.endpoint()
+            ),
+        )
+        .unwrap();
+        driftless::config::load(&path).unwrap()
+    };
+    let full = write_config(&format!(
+        "    tls: {{ca: {}, cert: {}, key: {{file: {}}}}}\n",
+        at("ca.pem"),
+        at("client.pem"),
+        at("client.key")
+    ));
+    let s = driftless::cli::open_etcd(&full).await.unwrap();
+    s.commit(vec![put(
+        cm("a", json!({"over": "tls"})),
+        Precondition::Absent,
+    )])
+    .await
+    .unwrap();
+    assert_eq!(
+        s.get(&key("a")).await.unwrap().unwrap().get("data"),
+        Some(&json!({"over": "tls"}))
+    );
+    // Without the client certificate the server refuses the connection.
+    let no_client = write_config(&format!("    tls: {{ca: {}}}\n", at("ca.pem")));
+    let refused = match driftless::cli::open_etcd(&no_client).await {
+        Ok(s) => s.get(&key("a")).await.map(|_| ()),
+        Err(e) => Err(driftless::store::Error::Backend {
+            op: "open",
+            source: e.to_string().into(),
+        }),
+    };
+    assert!(
+        refused.is_err(),
+        "a client without a certificate is refused"
+    );
+}
+
+#[tokio::test]
+async fn the_store_signs_in_with_an_etcd_user_and_password() {
+    let server = start_etcd(&[]).await;
+    {
+        let admin = etcd_client::Client::connect([server.endpoint()], None)
+            .await
+            .unwrap();
+        let mut auth = admin.auth_client();
+        auth.user_add("root", "root-secret", None).await.unwrap();
+        auth.user_grant_role("root", "root").await.unwrap();
+        auth.auth_enable().await.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("password"), "root-secret\n").unwrap();
+    let load = |user: &str| {
+        let path = dir.path().join("driftless.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "store:\n  etcd:\n    endpoints: [\"{}\"]\n    prefix: /auth\n{user}",
+                server.endpoint()
+            ),
+        )
+        .unwrap();
+        driftless::config::load(&path).unwrap()
+    };
+    let signed_in = load("    username: root\n    password: {file: password}\n");
+    let s = driftless::cli::open_etcd(&signed_in).await.unwrap();
+    s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+        .await
+        .unwrap();
+    assert!(s.get(&key("a")).await.unwrap().is_some());
+    // Anonymous requests are refused once auth is on.
+    let anonymous = driftless::cli::open_etcd(&load("")).await.unwrap();
+    let err = anonymous.get(&key("a")).await.unwrap_err();
+    assert!(
+        driftless::reconcile::error_chain(&err).contains("user name is empty"),
+        "{}",
+        driftless::reconcile::error_chain(&err)
+    );
+}

@@ -28,6 +28,8 @@ pub struct EtcdServer {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     extra: Vec<String>,
+    /// `https` when started with TLS flags.
+    scheme: &'static str,
 }
 
 impl EtcdServer {
@@ -44,13 +46,18 @@ impl EtcdServer {
             dir: tempfile::tempdir().unwrap(),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            scheme: if extra.iter().any(|f| f.starts_with("--cert-file")) {
+                "https"
+            } else {
+                "http"
+            },
         };
         s.resume();
         s
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
     }
 
     fn log_path(&self) -> PathBuf {
@@ -92,7 +99,7 @@ impl EtcdServer {
         let start = Instant::now();
         loop {
             if std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_ok()
-                && health(self.client_port)
+                && (self.scheme == "https" || health(self.client_port))
             {
                 return;
             }
