@@ -359,6 +359,8 @@ fn main() {
 }
 
 /// Measures one backend and prints its table.
+// The agent is reaped by `wait_rusage` (wait4).
+#[allow(clippy::zombie_processes)]
 fn measure(
     a: &Args,
     work: &Path,
