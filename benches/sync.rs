@@ -299,8 +299,6 @@ fn vm_hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
-#[allow(clippy::zombie_processes)]
 fn main() {
     let a = args();
     let work = tempfile::tempdir().unwrap();
@@ -359,7 +357,7 @@ fn main() {
 }
 
 /// Measures one backend and prints its table.
-// The agent is reaped by `wait_rusage` (wait4).
+// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
 #[allow(clippy::zombie_processes)]
 fn measure(
     a: &Args,
