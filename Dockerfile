@@ -1,0 +1,37 @@
+# driftless container image: a release build with the etcd feature, on a slim non-root runtime.
+#   docker build -t driftless .
+#   docker run --rm -v "$PWD/config:/etc/driftless/config:ro" -p 7777:7777 driftless
+# The image runs `driftless -c /etc/driftless/config/driftless.yaml run`; mount your config
+# there, and a volume at /var/lib/driftless for the SQLite store and the repository cache.
+
+# --- build ---
+FROM rust:1.95-slim-bookworm AS build
+# protoc: etcd-client's build; pkg-config and the OpenSSL headers: libgit2's https and ssh.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends protobuf-compiler pkg-config libssl-dev gcc make \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src src
+COPY benches benches
+RUN cargo build --release --locked --features etcd \
+ && cp target/release/driftless /driftless
+
+# --- runtime ---
+FROM debian:bookworm-slim
+# libssl3 and zlib: libgit2 (linked dynamically); ca-certificates: the roots of https Git
+# remotes (libgit2) and of Git host APIs (rustls reads the system's roots); etcd uses the CA
+# file of the config.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /var/lib/driftless /etc/driftless/config \
+ && chown 65532:65532 /var/lib/driftless
+COPY --from=build /driftless /usr/local/bin/driftless
+USER 65532:65532
+WORKDIR /var/lib/driftless
+ENV RUST_LOG=info
+EXPOSE 7777
+VOLUME ["/var/lib/driftless"]
+ENTRYPOINT ["/usr/local/bin/driftless"]
+CMD ["-c", "/etc/driftless/config/driftless.yaml", "run"]

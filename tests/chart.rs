@@ -1,0 +1,313 @@
+//! The Helm chart (`charts/driftless`), linted and rendered with Helm's own engine: the PyPI
+//! package helm-python-sdk, which carries Helm's Go SDK (`charts/driftless/tests/render.py`
+//! drives it). Checks the kinds, probes and security context of what it renders, that the
+//! config in the ConfigMap passes driftless's own config validation, that no secret value is
+//! inlined, and that bad values are refused. Also: every example config in `config/` loads.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use driftless::object::Object;
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Rendered {
+    lint: Value,
+    schema_error: Option<String>,
+    render_error: Option<String>,
+    manifests: BTreeMap<String, String>,
+}
+
+impl Rendered {
+    /// Every rendered object, by kind.
+    fn objects(&self) -> BTreeMap<String, Vec<Object>> {
+        let mut out: BTreeMap<String, Vec<Object>> = BTreeMap::new();
+        for (path, text) in &self.manifests {
+            if !path.ends_with(".yaml") {
+                continue;
+            }
+            let parsed = driftless::manifest::parse_file(path, text.as_bytes());
+            let errors: Vec<_> = parsed
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == driftless::manifest::Severity::Error)
+                .collect();
+            assert!(errors.is_empty(), "{path}: {errors:?}\n{text}");
+            for d in parsed.objects {
+                out.entry(d.object.kind().to_string())
+                    .or_default()
+                    .push(d.object);
+            }
+        }
+        out
+    }
+}
+
+/// Renders the chart with these values files and `--set-json` values.
+fn render(values: &[&str], set: Option<Value>) -> Rendered {
+    let script = root().join("charts/driftless/tests/render.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script);
+    for v in values {
+        cmd.arg(root().join(v));
+    }
+    if let Some(s) = set {
+        cmd.arg("--set-json").arg(s.to_string());
+    }
+    let out = cmd.output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "render.py failed (is helm-python-sdk installed? `pip install helm-python-sdk`): {}",
+        common::stderr(&out)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    Rendered {
+        lint: v["lint"].clone(),
+        schema_error: v["schema_error"].as_str().map(str::to_string),
+        render_error: v["render_error"].as_str().map(str::to_string),
+        manifests: serde_json::from_value(v["manifests"].clone()).unwrap(),
+    }
+}
+
+fn assert_clean(r: &Rendered) {
+    assert_eq!(
+        r.lint["errors"],
+        json!([]),
+        "helm lint --strict: {}",
+        r.lint
+    );
+    let bad: Vec<&Value> = r.lint["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["severity"].as_i64().unwrap_or(0) >= 2)
+        .collect();
+    assert!(bad.is_empty(), "lint warnings or errors: {bad:?}");
+    assert_eq!(r.schema_error, None);
+    assert_eq!(r.render_error, None);
+}
+
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| match k.parse::<usize>() {
+        Ok(i) => &v[i],
+        Err(_) => &v[k],
+    })
+}
+
+/// The one Deployment's pod template, checked for probes and the security context.
+fn check_pod(objects: &BTreeMap<String, Vec<Object>>) -> Value {
+    let deployments = &objects["Deployment"];
+    assert_eq!(deployments.len(), 1);
+    let d = serde_json::Value::Object(deployments[0].as_map().clone());
+    let pod = at(&d, "spec.template.spec").clone();
+    let c = at(&pod, "containers.0");
+    assert_eq!(at(c, "livenessProbe.httpGet.path"), "/healthz");
+    assert_eq!(at(c, "readinessProbe.httpGet.path"), "/readyz");
+    assert_eq!(at(c, "livenessProbe.httpGet.port"), "http");
+    assert_eq!(at(c, "ports.0.name"), "http");
+    assert_eq!(at(&pod, "securityContext.runAsNonRoot"), true);
+    assert_ne!(at(&pod, "securityContext.runAsUser"), 0);
+    assert_eq!(at(c, "securityContext.readOnlyRootFilesystem"), true);
+    assert_eq!(at(c, "securityContext.allowPrivilegeEscalation"), false);
+    assert_eq!(at(c, "securityContext.capabilities.drop"), &json!(["ALL"]));
+    // The store and cache are on a volume, not the read-only root.
+    let mounts: Vec<&str> = at(c, "volumeMounts")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert!(mounts.contains(&"/var/lib/driftless"), "{mounts:?}");
+    assert!(mounts.contains(&"/etc/driftless/config"), "{mounts:?}");
+    assert!(at(c, "resources.requests").is_object());
+    // The pod is its replica's name.
+    let env = at(c, "env").as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "DRIFTLESS_REPLICA"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"),
+        "{env:?}"
+    );
+    d
+}
+
+/// The driftless config in the ConfigMap, validated by driftless itself.
+fn check_config(objects: &BTreeMap<String, Vec<Object>>) -> driftless::config::Loaded {
+    let cm = serde_json::Value::Object(objects["ConfigMap"][0].as_map().clone());
+    let text = cm["data"]["driftless.yaml"].as_str().unwrap();
+    driftless::config::parse(Path::new("/etc/driftless/config/driftless.yaml"), text)
+        .unwrap_or_else(|e| panic!("the chart's config does not validate: {e}\n{text}"))
+}
+
+#[test]
+fn the_default_values_render_one_agent_on_sqlite_with_a_volume() {
+    let r = render(&[], None);
+    assert_clean(&r);
+    let objects = r.objects();
+    let kinds: Vec<&str> = objects.keys().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "Deployment",
+            "PersistentVolumeClaim",
+            "Service"
+        ]
+    );
+    let d = check_pod(&objects);
+    assert_eq!(at(&d, "spec.replicas"), 1);
+    assert_eq!(
+        at(&d, "spec.strategy.type"),
+        "Recreate",
+        "never two agents on one SQLite store"
+    );
+    let cfg = check_config(&objects);
+    assert_eq!(
+        cfg.sqlite_path(),
+        Some(Path::new("/var/lib/driftless/store.db"))
+    );
+    assert_eq!(cfg.config.server.listen.value, "0.0.0.0:7777");
+    let svc = serde_json::Value::Object(objects["Service"][0].as_map().clone());
+    assert_eq!(at(&svc, "spec.ports.0.targetPort"), "http");
+    assert!(
+        r.manifests["driftless/templates/NOTES.txt"].contains("driftless"),
+        "NOTES.txt renders"
+    );
+}
+
+#[test]
+fn etcd_replicas_with_webhooks_render_without_inlining_a_secret() {
+    let r = render(&["charts/driftless/tests/etcd-webhooks.values.yaml"], None);
+    assert_clean(&r);
+    let objects = r.objects();
+    let kinds: Vec<&str> = objects.keys().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "Deployment",
+            "Ingress",
+            "Service",
+            "ServiceMonitor"
+        ],
+        "no PersistentVolumeClaim (each replica's cache is an emptyDir) and no Secret"
+    );
+    let d = check_pod(&objects);
+    assert_eq!(at(&d, "spec.replicas"), 3);
+    let cfg = check_config(&objects);
+    let etcd = &cfg.config.store.etcd.as_ref().expect("an etcd store").value;
+    assert_eq!(etcd.endpoints.len(), 2);
+    assert_eq!(etcd.lease_ttl.value, std::time::Duration::from_secs(10));
+    assert!(cfg.sqlite_path().is_none());
+    // Every secret of the config is a file of the mounted Secret or the etcd TLS Secret.
+    let pod = at(&d, "spec.template.spec");
+    let volumes = at(pod, "volumes").as_array().unwrap();
+    let secret_of = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v["secret"]["secretName"].clone())
+    };
+    assert_eq!(secret_of("secrets"), Some(json!("driftless-secrets")));
+    assert_eq!(secret_of("etcd-tls"), Some(json!("etcd-client-tls")));
+    let refs = [
+        etcd.password.as_ref().unwrap().value.file.clone(),
+        cfg.config.server.token.as_ref().unwrap().value.file.clone(),
+        cfg.config
+            .server
+            .webhooks
+            .github
+            .as_ref()
+            .unwrap()
+            .secret
+            .value
+            .file
+            .clone(),
+        cfg.config.apps[0]
+            .status
+            .as_ref()
+            .unwrap()
+            .token
+            .value
+            .file
+            .clone(),
+    ];
+    for r in refs {
+        let r = r.expect("a file reference, not a value");
+        assert!(r.starts_with("/etc/driftless/secrets/"), "{}", r.display());
+    }
+    for o in objects.values().flatten() {
+        assert_ne!(o.kind(), "Secret");
+        let env = serde_json::Value::Object(o.as_map().clone()).to_string();
+        assert!(!env.contains("\"env\":{\"name\""), "no secret in env");
+    }
+    // The Ingress routes the webhooks, the ServiceMonitor scrapes /metrics.
+    let ing = serde_json::Value::Object(objects["Ingress"][0].as_map().clone());
+    assert_eq!(at(&ing, "spec.rules.0.http.paths.0.path"), "/webhooks");
+    let sm = serde_json::Value::Object(objects["ServiceMonitor"][0].as_map().clone());
+    assert_eq!(at(&sm, "spec.endpoints.0.path"), "/metrics");
+    assert_eq!(at(&sm, "metadata.labels.release"), "prometheus");
+}
+
+#[test]
+fn bad_values_are_refused_with_the_reason() {
+    let typo = render(&[], Some(json!({"replicaCout": 2})));
+    assert!(
+        typo.schema_error
+            .as_deref()
+            .is_some_and(|e| e.contains("replicaCout")),
+        "{:?}",
+        typo.schema_error
+    );
+    let wrong_type = render(&[], Some(json!({"replicaCount": "three"})));
+    assert!(
+        wrong_type
+            .schema_error
+            .as_deref()
+            .is_some_and(|e| e.contains("/replicaCount")),
+        "{:?}",
+        wrong_type.schema_error
+    );
+    let two_on_sqlite = render(&[], Some(json!({"replicaCount": 2})));
+    assert!(
+        two_on_sqlite
+            .render_error
+            .as_deref()
+            .is_some_and(|e| e.contains("replicaCount > 1 needs etcd.enabled")),
+        "{:?}",
+        two_on_sqlite.render_error
+    );
+    let secret_without_secret = render(&[], Some(json!({"server": {"tokenKey": "sync-token"}})));
+    assert!(
+        secret_without_secret
+            .render_error
+            .as_deref()
+            .is_some_and(|e| e.contains("needs existingSecret")),
+        "{:?}",
+        secret_without_secret.render_error
+    );
+    let bad_app = render(
+        &[],
+        Some(json!({"apps": [{"name": "Not_A_Label", "source": {"repo": "x"}}]})),
+    );
+    assert!(bad_app.schema_error.is_some());
+}
+
+#[test]
+fn every_example_config_loads_and_validates() {
+    let dir = root().join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            driftless::config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 6, "the quickstart and the five examples: {seen}");
+}
