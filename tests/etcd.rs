@@ -753,3 +753,29 @@ async fn the_store_signs_in_with_an_etcd_user_and_password() {
         driftless::reconcile::error_chain(&err)
     );
 }
+
+#[tokio::test]
+async fn a_second_replica_with_the_same_name_takes_nothing() {
+    let server = start_etcd(&[]).await;
+    let s = store(&server, "/dup", 128).await;
+    let (_stop1, rx1) = tokio::sync::watch::channel(false);
+    let first = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
+    let mut gate1 = first.gate("app").unwrap();
+    let _t1 = tokio::spawn(first.run(rx1));
+    tokio::time::timeout(Duration::from_secs(10), gate1.wait_for(Option::is_some))
+        .await
+        .unwrap()
+        .unwrap();
+    let (_stop2, rx2) = tokio::sync::watch::channel(false);
+    let second = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
+    let mut gate2 = second.gate("app").unwrap();
+    let _t2 = tokio::spawn(second.run(rx2));
+    // Several keep-alive passes later the second still holds nothing.
+    let opened =
+        tokio::time::timeout(Duration::from_secs(4), gate2.wait_for(Option::is_some)).await;
+    assert!(
+        opened.is_err(),
+        "two replicas named alike both took the app"
+    );
+    assert!(gate1.borrow().is_some(), "the first keeps it");
+}

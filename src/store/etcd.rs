@@ -255,7 +255,7 @@ impl EtcdStore {
     ///
     /// # Errors
     ///
-    /// [`Error::Backend`] when the group, kind or namespace contains `/` (Kubernetes allows
+    /// [`Error::Backend`] when the group, kind, namespace or name contains `/` (Kubernetes allows
     /// none there), which would make the key ambiguous.
     pub fn key_of(&self, key: &ObjectKey) -> Result<String> {
         encode_key(&self.opts.prefix, key)
@@ -524,6 +524,7 @@ fn encode_key(prefix: &str, key: &ObjectKey) -> Result<String> {
         ("group", &key.group),
         ("kind", &key.kind),
         ("namespace", &key.namespace),
+        ("name", &key.name),
     ] {
         if segment.contains('/') {
             return Err(failed(
@@ -542,10 +543,12 @@ fn encode_key(prefix: &str, key: &ObjectKey) -> Result<String> {
 fn decode_key(prefix: &str, raw: &[u8]) -> Option<ObjectKey> {
     let s = std::str::from_utf8(raw).ok()?;
     let rest = s.strip_prefix(prefix)?.strip_prefix('/')?;
-    let mut parts = rest.splitn(4, '/');
+    // Exactly four segments: names never contain `/` (Kubernetes' path-segment rule), so a key
+    // of another install whose prefix starts with ours (`/a` and `/a/b`) is never read as ours.
+    let mut parts = rest.split('/');
     let (group, kind, namespace, name) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    if kind.is_empty() || name.is_empty() {
+    if parts.next().is_some() || kind.is_empty() || name.is_empty() {
         return None;
     }
     Some(ObjectKey::new(group, kind, namespace, name))
@@ -768,6 +771,8 @@ pub struct Holder {
     pub replica: String,
     /// The revision at which it took the app.
     pub since_revision: u64,
+    /// The etcd lease the app's key is attached to (the replica's lease).
+    pub lease: i64,
 }
 
 /// Reads who holds each app (by app name).
@@ -795,6 +800,7 @@ pub async fn holders(store: &EtcdStore) -> Result<BTreeMap<String, Holder>> {
                 Holder {
                     replica: v.to_string(),
                     since_revision: kvp.create_revision() as u64,
+                    lease: kvp.lease(),
                 },
             );
         }
@@ -932,16 +938,43 @@ impl Replicas {
             }
         };
         *current = Some(id);
-        store
+        // Register, unless a live replica already has this name (names must be unique: two
+        // replicas of one name would both take its apps).
+        let key = self.replica_key();
+        let registered = store
             .timed(
                 "lease",
-                kv.put(
-                    self.replica_key(),
-                    self.name.clone(),
-                    Some(PutOptions::new().with_lease(id)),
+                kv.txn(
+                    Txn::new()
+                        .when([Compare::create_revision(
+                            key.as_bytes(),
+                            CompareOp::Equal,
+                            0,
+                        )])
+                        .and_then([TxnOp::put(
+                            key.as_bytes(),
+                            self.name.as_bytes(),
+                            Some(PutOptions::new().with_lease(id)),
+                        )])
+                        .or_else([TxnOp::get(key.as_bytes(), None)]),
                 ),
             )
             .await?;
+        if !registered.succeeded() {
+            let other = registered.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|k| k.lease()),
+                _ => None,
+            });
+            if other != Some(id) {
+                return Err(failed(
+                    "lease",
+                    format!(
+                        "another live replica is named `{}` ({key}); replica names must be unique. Waiting for it to go",
+                        self.name
+                    ),
+                ));
+            }
+        }
         let (mut keeper, mut acks) = store.timed("lease", lease.keep_alive(id)).await?;
         let mut watcher = store.client.watch_client();
         let leases_prefix = format!("{}.leases/", store.opts.prefix);
@@ -1018,7 +1051,9 @@ impl Replicas {
         let fair = self.apps.len().div_ceil(replicas);
         let mut held: Vec<&String> = Vec::new();
         for app in &self.apps {
-            let mine = holders.get(app).filter(|h| h.replica == self.name);
+            let mine = holders
+                .get(app)
+                .filter(|h| h.replica == self.name && h.lease == lease);
             let gate = &self.gates[app];
             match mine {
                 Some(h) => {
@@ -1130,6 +1165,9 @@ mod tests {
         assert_eq!(decode_key("/d", b"/d/x/y"), None);
         assert_eq!(decode_key("/d", b"/dx//ConfigMap/a/b"), None);
         assert_eq!(decode_key("/d", b"/d.leases/app"), None);
+        // Another install under `/d/x` has five segments after `/d/`.
+        assert_eq!(decode_key("/d", b"/d/x//ConfigMap/default/a"), None);
+        assert!(encode_key("/d", &ObjectKey::new("", "K", "", "a/b")).is_err());
         assert!(encode_key("/d", &ObjectKey::new("a/b", "K", "", "n")).is_err());
     }
 
