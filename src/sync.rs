@@ -440,7 +440,11 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             }
             continue;
         }
-        written.push((key.clone(), committed.revision));
+        // Each object's own revision: a backend may split a long commit (etcd).
+        written.push((
+            key.clone(),
+            obj.resource_version().unwrap_or(committed.revision),
+        ));
         live_after.insert(key, obj);
     }
     for step in &plan.steps {

@@ -269,14 +269,18 @@ pub trait Store: Send + Sync + 'static {
     async fn list(&self, selector: &Selector) -> Result<Listing>;
 
     /// Applies `writes` atomically as one transaction with one new revision: all or nothing.
-    /// An empty list commits nothing and returns revision 0.
+    /// An empty list commits nothing and returns revision 0. A backend that limits the size of
+    /// a transaction (etcd: 128 operations by default) applies a longer list as several
+    /// transactions in order, each atomic, and returns the last one's revision; the stored
+    /// objects carry their own transaction's revision.
     ///
     /// # Errors
     ///
     /// [`Error::Conflict`] when a precondition fails (nothing is written), [`Error::Backend`].
     async fn commit(&self, writes: Vec<Write>) -> Result<Committed>;
 
-    /// The current store revision (0 for an empty store).
+    /// The current store revision (0 for an empty SQLite or memory store; etcd's cluster
+    /// revision, shared with whatever else the cluster holds).
     ///
     /// # Errors
     ///
