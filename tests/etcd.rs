@@ -278,10 +278,37 @@ async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
         s.get(&key("a")).await.unwrap().unwrap().get("data"),
         Some(&json!({"by": "r1"}))
     );
-    s.fenced(gate2)
+    let fenced2 = s.fenced(gate2);
+    fenced2
         .commit(vec![put(cm("a", json!({"by": "r2"})), Precondition::Any)])
         .await
         .unwrap();
+    // A fenced commit of many objects: the fence is one more compare per transaction, and etcd
+    // counts compares against its 128-operation limit.
+    let many: Vec<Write> = (0..300)
+        .map(|i| put(cm(&format!("m{i:03}"), json!({})), Precondition::Absent))
+        .collect();
+    let c = fenced2.commit(many).await.unwrap();
+    assert_eq!(c.stored.len(), 300);
+    // One value too large for an etcd request is refused before anything is written.
+    let big = "x".repeat(1_600_000);
+    let err = fenced2
+        .commit(vec![
+            put(cm("small", json!({})), Precondition::Absent),
+            put(cm("huge", json!({"blob": big})), Precondition::Absent),
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("store backend failed")
+            && driftless::reconcile::error_chain(&err).contains("ConfigMap default/huge"),
+        "{}",
+        driftless::reconcile::error_chain(&err)
+    );
+    assert!(
+        s.get(&key("small")).await.unwrap().is_none(),
+        "nothing written"
+    );
 }
 
 /// A project on etcd: a repository with one folder per app, a config per replica.

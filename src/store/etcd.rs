@@ -13,9 +13,10 @@
 //!   writer got in between, it reads again and re-checks; a precondition that no longer holds is
 //!   [`Error::Conflict`].
 //! - **Transaction size.** etcd refuses a transaction with more than `--max-txn-ops` operations
-//!   (128 by default) or a request above `--max-request-bytes` (1.5 MiB by default), so a commit
-//!   goes in chunks of at most [`Options::max_txn_ops`] writes and [`Options::max_txn_bytes`]
-//!   bytes of values, in order. Each chunk is atomic; the chunks of one commit are not: when a
+//!   (128 by default, compares included) or a request above `--max-request-bytes` (1.5 MiB by
+//!   default), so a commit goes in chunks of at most [`Options::max_txn_ops`] writes (one less
+//!   when fenced) and [`Options::max_txn_bytes`] bytes of values, in order; a commit with one
+//!   value above that is refused before anything is written. Each chunk is atomic; the chunks of one commit are not: when a
 //!   later chunk fails, the earlier ones stay written and the error says so. A sync puts its
 //!   inventory last, so it lands only with the last chunk; the sync that follows converges.
 //! - **Change feed.** etcd's native watch on `<prefix>/`, from the revision after the one asked
@@ -68,8 +69,9 @@ pub struct Options {
     pub request_timeout: Duration,
     /// Most writes in one transaction (default 128, etcd's default `--max-txn-ops`).
     pub max_txn_ops: usize,
-    /// Most bytes of keys and values in one transaction (default 1 MiB, under etcd's default
-    /// `--max-request-bytes` of 1.5 MiB). A single object larger than this still goes alone.
+    /// Most bytes of keys and values in one transaction (default 1,400,000, under etcd's
+    /// default `--max-request-bytes` of 1.5 MiB = 1,572,864). A commit with one object larger
+    /// than this is refused before anything is written.
     pub max_txn_bytes: usize,
 }
 
@@ -83,10 +85,17 @@ impl Default for Options {
             dial_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             max_txn_ops: 128,
-            max_txn_bytes: 1 << 20,
+            max_txn_bytes: 1_400_000,
         }
     }
 }
+
+/// The largest reply the client accepts, in bytes (256 MiB).
+const MAX_REPLY_BYTES: usize = 256 << 20;
+
+/// Keys per page of a listing: with etcd's default 1.5 MiB request limit per value, a page
+/// stays well under [`MAX_REPLY_BYTES`] in practice.
+const LIST_PAGE: i64 = 250;
 
 /// TLS settings, as PEM bytes read from the configured files.
 #[derive(Clone)]
@@ -239,7 +248,7 @@ impl EtcdStore {
     ///
     /// [`Error::Backend`].
     pub async fn compact(&self, revision: u64) -> Result<()> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         self.timed(
             "compact",
             kv.compact(
@@ -259,6 +268,22 @@ impl EtcdStore {
     /// none there), which would make the key ambiguous.
     pub fn key_of(&self, key: &ObjectKey) -> Result<String> {
         encode_key(&self.opts.prefix, key)
+    }
+
+    /// A KV client that takes replies up to [`MAX_REPLY_BYTES`] (tonic's default is 4 MiB,
+    /// less than a page of large objects or a burst of watch events).
+    fn kv(&self) -> etcd_client::KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES)
+    }
+
+    /// A watch client that takes replies up to [`MAX_REPLY_BYTES`]: etcd sends a backlog of
+    /// events in one reply.
+    fn watcher(&self) -> etcd_client::WatchClient {
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES)
     }
 
     /// An etcd client error as a store error naming the cluster.
@@ -292,7 +317,7 @@ impl EtcdStore {
     /// Reads `keys` (etcd keys) in transactions of at most `max_txn_ops` reads, all at one
     /// revision: the first chunk's. Returns the revision and what exists.
     async fn read_keys(&self, op: &'static str, keys: &[String]) -> Result<(i64, Vec<KeyValue>)> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let mut revision = 0i64;
         let mut found = Vec::new();
         for chunk in keys.chunks(self.opts.max_txn_ops.max(1)) {
@@ -325,7 +350,7 @@ impl EtcdStore {
     }
 
     async fn current_revision(&self, op: &'static str) -> Result<i64> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let resp = self
             .timed(
                 op,
@@ -356,7 +381,7 @@ impl EtcdStore {
                 ));
             }
         };
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         for _attempt in 0..16 {
             let (_, found) = self.read_keys("commit", &keys).await?;
             let mut current: HashMap<&[u8], &KeyValue> = HashMap::new();
@@ -439,8 +464,20 @@ impl EtcdStore {
         ))
     }
 
-    /// Splits writes into chunks within the transaction limits.
-    fn chunks(&self, writes: Vec<Write>) -> Vec<Vec<Write>> {
+    /// Splits writes into chunks within the transaction limits: at most `max_txn_ops` writes
+    /// (one less when fenced: the fence is one more compare, and etcd counts compares against
+    /// the same limit) and `max_txn_bytes` of values.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] naming the object when one value alone exceeds `max_txn_bytes`, before
+    /// anything is written.
+    fn chunks(&self, writes: Vec<Write>) -> Result<Vec<Vec<Write>>> {
+        let max_ops = self
+            .opts
+            .max_txn_ops
+            .saturating_sub(usize::from(self.fence.is_some()))
+            .max(1);
         let mut out = Vec::new();
         let mut chunk = Vec::new();
         let mut bytes = 0usize;
@@ -449,9 +486,18 @@ impl EtcdStore {
                 Write::Put { object, .. } => object.to_json().len() + 64,
                 Write::Delete { .. } => 64,
             } + self.opts.prefix.len();
+            if size > self.opts.max_txn_bytes {
+                return Err(failed(
+                    "commit",
+                    format!(
+                        "{} is {size} bytes as JSON, more than one etcd request may carry ({} bytes; etcd's --max-request-bytes is 1.5 MiB by default); nothing written",
+                        w.key(),
+                        self.opts.max_txn_bytes
+                    ),
+                ));
+            }
             if !chunk.is_empty()
-                && (chunk.len() >= self.opts.max_txn_ops.max(1)
-                    || bytes + size > self.opts.max_txn_bytes)
+                && (chunk.len() >= max_ops || bytes + size > self.opts.max_txn_bytes)
             {
                 out.push(std::mem::take(&mut chunk));
                 bytes = 0;
@@ -462,19 +508,20 @@ impl EtcdStore {
         if !chunk.is_empty() {
             out.push(chunk);
         }
-        out
+        Ok(out)
     }
 
     /// Lists every object under `start` (an etcd key prefix), paginated at one revision.
     async fn list_prefix(&self, start: String, selector: &Selector) -> Result<Listing> {
-        const PAGE: i64 = 1000;
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let end = prefix_end(start.as_bytes());
         let mut from = start.into_bytes();
         let mut revision = 0i64;
         let mut objects = BTreeMap::new();
         loop {
-            let mut o = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            let mut o = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(LIST_PAGE);
             if revision > 0 {
                 o = o.with_revision(revision);
             }
@@ -572,7 +619,7 @@ fn decode_kv(key: &ObjectKey, kvp: &KeyValue) -> Result<Object> {
 impl Store for EtcdStore {
     async fn get(&self, key: &ObjectKey) -> Result<Option<Object>> {
         let k = self.key_of(key)?;
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let resp = self.timed("get", kv.get(k, None)).await?;
         resp.kvs()
             .first()
@@ -582,7 +629,7 @@ impl Store for EtcdStore {
 
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
         let k = self.key_of(key)?;
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let resp = self
             .timed(
                 "version_of",
@@ -637,7 +684,7 @@ impl Store for EtcdStore {
             return Ok(Committed::default());
         }
         check_distinct(&writes)?;
-        let chunks = self.chunks(writes);
+        let chunks = self.chunks(writes)?;
         let total = chunks.len();
         let mut out = Committed::default();
         for (i, chunk) in chunks.into_iter().enumerate() {
@@ -668,7 +715,7 @@ impl Store for EtcdStore {
 
     async fn watch(&self, from_revision: u64) -> Result<Watch> {
         let prefix = format!("{}/", self.opts.prefix);
-        let mut client = self.client.watch_client();
+        let mut client = self.watcher();
         let start = |rev: u64| {
             WatchOptions::new()
                 .with_prefix()
@@ -782,7 +829,7 @@ pub struct Holder {
 /// [`Error::Backend`].
 pub async fn holders(store: &EtcdStore) -> Result<BTreeMap<String, Holder>> {
     let prefix = format!("{}.leases/", store.opts.prefix);
-    let mut kv = store.client.kv_client();
+    let mut kv = store.kv();
     let resp = store
         .timed(
             "holders",
@@ -912,7 +959,7 @@ impl Replicas {
     ) -> Result<()> {
         let store = &self.store;
         let mut lease = store.client.lease_client();
-        let mut kv = store.client.kv_client();
+        let mut kv = store.kv();
         let alive = match *current {
             Some(id) => {
                 store
@@ -976,7 +1023,7 @@ impl Replicas {
             }
         }
         let (mut keeper, mut acks) = store.timed("lease", lease.keep_alive(id)).await?;
-        let mut watcher = store.client.watch_client();
+        let mut watcher = store.watcher();
         let leases_prefix = format!("{}.leases/", store.opts.prefix);
         let mut changes = store
             .timed(
@@ -1035,7 +1082,7 @@ impl Replicas {
     /// back one app above the share.
     async fn pass(&self, lease: i64, free_before: &mut HashSet<String>) -> Result<()> {
         let store = &self.store;
-        let mut kv = store.client.kv_client();
+        let mut kv = store.kv();
         let replicas = store
             .timed(
                 "lease",
