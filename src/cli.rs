@@ -393,20 +393,28 @@ impl Stores {
 
 /// This replica's name: `store.etcd.replica`, else `DRIFTLESS_REPLICA`, else
 /// `<hostname>-<pid>`.
+///
+/// # Errors
+///
+/// When `DRIFTLESS_REPLICA` is not a valid replica name.
 #[cfg(feature = "etcd")]
-fn replica_name(e: &config::EtcdConfig) -> String {
+fn replica_name(e: &config::EtcdConfig) -> anyhow::Result<String> {
     if let Some(r) = &e.replica {
-        return r.clone();
+        return Ok(r.value.clone());
     }
     if let Ok(r) = std::env::var("DRIFTLESS_REPLICA")
         && !r.trim().is_empty()
     {
-        return r.trim().to_string();
+        let r = r.trim().to_string();
+        if let Some(problem) = config::replica_name_error(&r) {
+            bail!("DRIFTLESS_REPLICA `{}` {problem}", r.escape_debug());
+        }
+        return Ok(r);
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "driftless".into());
-    format!("{host}-{}", std::process::id())
+    Ok(format!("{host}-{}", std::process::id()))
 }
 
 /// With etcd: the replica coordination of the configured apps, the fenced store of each app,
@@ -437,7 +445,7 @@ async fn replicas(
         .collect();
     let r = crate::store::etcd::Replicas::new(
         &etcd,
-        &replica_name(&e.value),
+        &replica_name(&e.value)?,
         e.value.lease_ttl.value,
         names.clone(),
     );
@@ -1403,10 +1411,23 @@ async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<String, String>
     #[cfg(feature = "etcd")]
     {
         let etcd = open_etcd(cfg).await?;
-        let h = crate::store::etcd::holders(&etcd)
-            .await
-            .context("cannot read which replica holds each app")?;
-        Ok(Some(h.into_iter().map(|(k, v)| (k, v.replica)).collect()))
+        match crate::store::etcd::holders(&etcd).await {
+            Ok(h) => Ok(Some(h.into_iter().map(|(k, v)| (k, v.replica)).collect())),
+            Err(e) => {
+                // The statuses are still worth showing.
+                eprintln!(
+                    "warning: cannot read which replica holds each app: {}",
+                    crate::reconcile::error_chain(&e)
+                );
+                Ok(Some(
+                    cfg.config
+                        .apps
+                        .iter()
+                        .map(|a| (a.name.value.clone(), "?".to_string()))
+                        .collect(),
+                ))
+            }
+        }
     }
     #[cfg(not(feature = "etcd"))]
     Ok(None)

@@ -134,7 +134,7 @@ pub struct EtcdConfig {
     /// This replica's name, unique among the replicas. Default: the environment variable
     /// `DRIFTLESS_REPLICA`, else `<hostname>-<pid>`.
     #[serde(default)]
-    pub replica: Option<String>,
+    pub replica: Option<Spanned<String>>,
 }
 
 /// `store.etcd.tls:`: PEM files (paths relative to the config file's folder).
@@ -666,33 +666,45 @@ fn validate_etcd(
         ));
     }
     for (i, ep) in e.endpoints.iter().enumerate() {
-        let v = ep.value.trim();
-        let scheme_ok = v.starts_with("http://") || v.starts_with("https://");
-        if !scheme_ok || v.len() <= "https://".len() {
+        let field = format!("store.etcd.endpoints[{i}]");
+        let https = match etcd_endpoint_error(&ep.value) {
+            Ok(https) => https,
+            Err(problem) => {
+                return Err(invalid(
+                    &ep.referenced,
+                    field,
+                    format!("`{}` {problem}", ep.value),
+                ));
+            }
+        };
+        if https && e.tls.is_none() {
             return Err(invalid(
                 &ep.referenced,
-                format!("store.etcd.endpoints[{i}]"),
-                format!(
-                    "`{}` is not an etcd client URL (`http://host:2379` or `https://host:2379`)",
-                    ep.value
-                ),
+                field,
+                "an https endpoint needs `tls` (at least `ca`)".into(),
             ));
         }
-        if v.starts_with("https://") != e.tls.is_some() && v.starts_with("https://") {
+        if !https && e.tls.is_some() {
             return Err(invalid(
                 &ep.referenced,
-                format!("store.etcd.endpoints[{i}]"),
-                "an https endpoint needs `tls` (at least `ca`)".into(),
+                field,
+                "with `tls`, every endpoint must be https://".into(),
             ));
         }
     }
     let p = &e.prefix.value;
-    if !p.starts_with('/') || p.len() < 2 || p.ends_with('/') || p.contains("//") {
+    if !p.starts_with('/')
+        || p.len() < 2
+        || p.ends_with('/')
+        || p.contains("//")
+        || p.chars().any(char::is_control)
+    {
         return Err(invalid(
             &e.prefix.referenced,
             "store.etcd.prefix".into(),
             format!(
-                "`{p}` must start with `/`, name something, and not end with `/` (e.g. `/driftless`)"
+                "`{}` must start with `/`, name something, and not end with `/` or hold control characters (e.g. `/driftless`)",
+                p.escape_debug()
             ),
         ));
     }
@@ -722,30 +734,96 @@ fn validate_etcd(
         ));
     }
     let ttl = &e.lease_ttl;
-    if ttl.value < Duration::from_secs(2) || ttl.value.subsec_nanos() != 0 {
+    if ttl.value < Duration::from_secs(2)
+        || ttl.value > Duration::from_secs(3600)
+        || ttl.value.subsec_nanos() != 0
+    {
         return Err(invalid(
             &ttl.referenced,
             "store.etcd.leaseTTL".into(),
-            "must be whole seconds, at least 2s".into(),
+            "must be whole seconds, from 2s to 1h (a dead replica's apps wait this long)".into(),
         ));
     }
-    if e.dial_timeout.value < Duration::from_millis(100) {
+    if e.dial_timeout.value < Duration::from_millis(100)
+        || e.dial_timeout.value > Duration::from_secs(300)
+    {
         return Err(invalid(
             &e.dial_timeout.referenced,
             "store.etcd.dialTimeout".into(),
-            "must be at least 100ms".into(),
+            "must be from 100ms to 5m".into(),
         ));
     }
     if let Some(r) = &e.replica
-        && (r.is_empty() || r.len() > 253 || r.chars().any(|c| c.is_control() || c == '/'))
+        && let Some(problem) = replica_name_error(&r.value)
     {
         return Err(invalid(
-            at,
+            &r.referenced,
             "store.etcd.replica".into(),
-            format!("`{r}` must be 1 to 253 characters, without `/` or control characters"),
+            format!("`{}` {problem}", r.value.escape_debug()),
         ));
     }
     Ok(())
+}
+
+/// Why `name` cannot name a replica (it is an etcd key segment and a column of
+/// `driftless status`), or `None`.
+pub fn replica_name_error(name: &str) -> Option<&'static str> {
+    if name.is_empty() || name.len() > 253 {
+        Some("must be 1 to 253 characters")
+    } else if name
+        .chars()
+        .any(|c| c.is_control() || c == '/' || c.is_whitespace())
+    {
+        Some("must not contain `/`, whitespace or control characters")
+    } else {
+        None
+    }
+}
+
+/// Checks an etcd client URL: `http://` or `https://`, a host, an optional port up to 65535,
+/// no credentials (they would show in every error; use `username` and `password`), no path.
+/// Returns whether it is https.
+fn etcd_endpoint_error(url: &str) -> Result<bool, &'static str> {
+    let (https, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err("is not an etcd client URL (`http://host:2379` or `https://host:2379`)");
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains('@') {
+        return Err("carries credentials; give them as `username` and `password`");
+    }
+    if authority.is_empty()
+        || authority.contains(['/', '?', '#'])
+        || authority
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err("must be `scheme://host[:port]`, without a path, spaces or a query");
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((h, after)) => (h, after.strip_prefix(':')),
+            None => return Err("has an unclosed `[` (IPv6 addresses go in brackets)"),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("names no host");
+    }
+    if let Some(p) = port
+        && (p.is_empty()
+            || !p.bytes().all(|b| b.is_ascii_digit())
+            || p.parse::<u16>().map_or(true, |n| n == 0))
+    {
+        return Err("has a port that is not a number from 1 to 65535");
+    }
+    Ok(https)
 }
 
 /// A loaded and validated config, with every relative path resolved.
@@ -1604,7 +1682,7 @@ mod tests {
             ),
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    leaseTTL: 1s\n",
-                ":4:15: store.etcd.leaseTTL: must be whole seconds, at least 2s",
+                ":4:15: store.etcd.leaseTTL: must be whole seconds, from 2s to 1h",
             ),
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    username: u\n",
@@ -1617,6 +1695,42 @@ mod tests {
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    endpoint: x\n",
                 "unknown field `endpoint`",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://127.0.0.1:25790x\"]\n",
+                "has a port that is not a number from 1 to 65535",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:99999\"]\n",
+                "has a port that is not a number",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://user:s3cret@e:2379\"]\n",
+                "carries credentials",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://a b\"]\n",
+                "without a path, spaces or a query",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://[::1\"]\n",
+                "unclosed `[`",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    tls: {ca: ca.pem}\n",
+                "with `tls`, every endpoint must be https://",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    leaseTTL: 9000000001s\n",
+                "store.etcd.leaseTTL: must be whole seconds, from 2s to 1h",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    dialTimeout: 18446744073709551615s\n",
+                "store.etcd.dialTimeout",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    replica: \"a b\"\n",
+                ":4:14: store.etcd.replica: `a b` must not contain",
             ),
         ];
         for (text, want) in cases {

@@ -27,12 +27,12 @@
 //!   created, so a replica that lost an app's lease (a pause, a partition) can never write for
 //!   it, even before it notices.
 //!
-//! Replica coordination lives beside the objects, outside their key space:
-//! `<prefix>.leases/<app>` holds the name of the replica reconciling `app`, attached to that
-//! replica's etcd lease, and `<prefix>.replicas/<replica>` says a replica is alive. See
-//! [`Replicas`].
+//! Replica coordination lives under the prefix, beside the objects but never read as one (its
+//! keys have fewer segments): `<prefix>/_leases/<app>` holds the name of the replica
+//! reconciling `app`, attached to that replica's etcd lease, and `<prefix>/_replicas/<replica>`
+//! says a replica is alive and which apps it runs. See [`Replicas`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -811,7 +811,14 @@ impl Store for EtcdStore {
     }
 }
 
-/// Which replica holds each app, and since when: read from `<prefix>.leases/`.
+/// Where the lease keys of the apps live: `<prefix>/_leases/`. Inside the store's prefix, so an
+/// etcd user limited to `<prefix>/` can coordinate, and outside the object keys, which have
+/// four segments (`_` starts no API group).
+fn leases_prefix(prefix: &str) -> String {
+    format!("{prefix}/_leases/")
+}
+
+/// Which replica holds each app, and since when: read from `<prefix>/_leases/`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The replica's name.
@@ -828,7 +835,7 @@ pub struct Holder {
 ///
 /// [`Error::Backend`].
 pub async fn holders(store: &EtcdStore) -> Result<BTreeMap<String, Holder>> {
-    let prefix = format!("{}.leases/", store.opts.prefix);
+    let prefix = leases_prefix(&store.opts.prefix);
     let mut kv = store.kv();
     let resp = store
         .timed(
@@ -858,13 +865,13 @@ pub async fn holders(store: &EtcdStore) -> Result<BTreeMap<String, Holder>> {
 /// The replicas of one agent deployment sharing apps through etcd leases.
 ///
 /// Each replica has one etcd lease of [`Replicas::ttl`], kept alive every third of it. It
-/// registers `<prefix>.replicas/<name>` under that lease, and takes an app by creating
-/// `<prefix>.leases/<app>` under it in a transaction that requires the key to be absent. A
-/// replica that dies stops keeping its lease alive; etcd deletes its keys when the lease
-/// expires (at most `ttl` later), the other replicas see the deletion on their watch and one of
-/// them takes the app. A replica takes apps up to its fair share (apps divided by live
-/// replicas, rounded up) at once, and more only when they stay free for a pass; above its
-/// share it gives one app back per pass, so apps spread when replicas join.
+/// registers `<prefix>/_replicas/<name>` (with the apps it runs) under that lease, and takes an
+/// app by creating `<prefix>/_leases/<app>` under it in a transaction that requires the key to
+/// be absent. A replica that dies stops keeping its lease alive; etcd deletes its keys when the
+/// lease expires (at most `ttl` later), the other replicas see the deletion on their watch and
+/// one of them takes the app. How apps spread is `plan_pass`: the replica with the fewest
+/// apps among those that run a free app takes it at once (any other after a third of the
+/// TTL), and one app per third of the TTL moves to a replica holding two fewer.
 ///
 /// A replica that cannot reach etcd for longer than two thirds of the TTL drops every app
 /// (its gates close) before the lease can expire at the server, and takes them back when its
@@ -910,11 +917,15 @@ impl Replicas {
     }
 
     fn lease_key(&self, app: &str) -> String {
-        format!("{}.leases/{app}", self.store.opts.prefix)
+        format!("{}{app}", leases_prefix(&self.store.opts.prefix))
+    }
+
+    fn replicas_prefix(&self) -> String {
+        format!("{}/_replicas/", self.store.opts.prefix)
     }
 
     fn replica_key(&self) -> String {
-        format!("{}.replicas/{}", self.store.opts.prefix, self.name)
+        format!("{}{}", self.replicas_prefix(), self.name)
     }
 
     fn drop_all(&self) {
@@ -988,6 +999,10 @@ impl Replicas {
         // Register, unless a live replica already has this name (names must be unique: two
         // replicas of one name would both take its apps).
         let key = self.replica_key();
+        let registration = serde_json::to_string(&Registration {
+            apps: self.apps.iter().cloned().collect(),
+        })
+        .unwrap_or_default();
         let registered = store
             .timed(
                 "lease",
@@ -1000,7 +1015,7 @@ impl Replicas {
                         )])
                         .and_then([TxnOp::put(
                             key.as_bytes(),
-                            self.name.as_bytes(),
+                            registration.as_bytes(),
                             Some(PutOptions::new().with_lease(id)),
                         )])
                         .or_else([TxnOp::get(key.as_bytes(), None)]),
@@ -1024,7 +1039,7 @@ impl Replicas {
         }
         let (mut keeper, mut acks) = store.timed("lease", lease.keep_alive(id)).await?;
         let mut watcher = store.watcher();
-        let leases_prefix = format!("{}.leases/", store.opts.prefix);
+        let leases_prefix = leases_prefix(&store.opts.prefix);
         let mut changes = store
             .timed(
                 "lease",
@@ -1033,7 +1048,7 @@ impl Replicas {
             .await?;
         let beat = self.ttl / 3;
         let mut last_ack = tokio::time::Instant::now();
-        let mut free_before: HashSet<String> = HashSet::new();
+        let mut memory = PassMemory::default();
         let mut tick = tokio::time::interval(beat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
@@ -1046,7 +1061,7 @@ impl Replicas {
                     if last_ack.elapsed() > self.ttl * 2 / 3 {
                         break Err(failed("lease", format!("no keep-alive answer for {:?}", last_ack.elapsed())));
                     }
-                    if let Err(e) = self.pass(id, &mut free_before).await {
+                    if let Err(e) = self.pass(id, &mut memory).await {
                         tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
                     }
                 }
@@ -1059,7 +1074,7 @@ impl Replicas {
                 change = changes.message() => match change {
                     Ok(Some(resp)) => {
                         if resp.events().iter().any(|e| e.event_type() == EventType::Delete)
-                            && let Err(e) = self.pass(id, &mut free_before).await {
+                            && let Err(e) = self.pass(id, &mut memory).await {
                                 tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
                             }
                     }
@@ -1078,25 +1093,32 @@ impl Replicas {
         result
     }
 
-    /// One look at who holds what: take free apps up to the fair share, keep what is ours, give
-    /// back one app above the share.
-    async fn pass(&self, lease: i64, free_before: &mut HashSet<String>) -> Result<()> {
+    /// One look at who holds what: keep the gates of the apps this replica holds open, take
+    /// free apps (see `plan_pass`), clear stale lease keys, and give back at most one app per
+    /// keep-alive interval when another replica that can run it holds two fewer.
+    async fn pass(&self, lease: i64, memory: &mut PassMemory) -> Result<()> {
         let store = &self.store;
         let mut kv = store.kv();
-        let replicas = store
+        let registered = store
             .timed(
                 "lease",
                 kv.get(
-                    format!("{}.replicas/", store.opts.prefix),
-                    Some(GetOptions::new().with_prefix().with_count_only()),
+                    self.replicas_prefix(),
+                    Some(GetOptions::new().with_prefix()),
                 ),
             )
-            .await?
-            .count()
-            .max(1) as usize;
+            .await?;
+        let mut replicas: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+        for kvp in registered.kvs() {
+            let (Ok(k), Ok(v)) = (kvp.key_str(), kvp.value_str()) else {
+                continue;
+            };
+            if let Some(name) = k.strip_prefix(&self.replicas_prefix()) {
+                let apps = serde_json::from_str::<Registration>(v).ok().map(|r| r.apps);
+                replicas.insert(name.to_string(), apps);
+            }
+        }
         let holders = holders(store).await?;
-        let fair = self.apps.len().div_ceil(replicas);
-        let mut held: Vec<&String> = Vec::new();
         for app in &self.apps {
             let mine = holders
                 .get(app)
@@ -1116,7 +1138,6 @@ impl Replicas {
                             false
                         }
                     });
-                    held.push(app);
                 }
                 None => {
                     if gate.send_if_modified(|f| f.take().is_some()) {
@@ -1125,17 +1146,39 @@ impl Replicas {
                 }
             }
         }
-        let mut count = held.len();
-        for app in &self.apps {
-            if holders.contains_key(app) {
-                free_before.remove(app);
-                continue;
-            }
-            if count >= fair && !free_before.contains(app) {
-                // Above the fair share: take it only if nobody else has on the next pass.
-                free_before.insert(app.clone());
-                continue;
-            }
+        let now = tokio::time::Instant::now();
+        let plan = plan_pass(
+            &self.name,
+            lease,
+            &self.apps,
+            &replicas,
+            &holders,
+            memory,
+            now,
+            self.ttl / 3,
+        );
+        for (app, created) in &plan.clear {
+            // A lease key without a live lease or a registered replica (written by hand, or
+            // copied with its lease lost): nobody would ever take the app. Seen stale on two
+            // passes; removed only if unchanged.
+            let key = self.lease_key(app);
+            store
+                .timed(
+                    "lease",
+                    kv.txn(
+                        Txn::new()
+                            .when([Compare::create_revision(
+                                key.as_bytes(),
+                                CompareOp::Equal,
+                                *created,
+                            )])
+                            .and_then([TxnOp::delete(key.as_bytes(), None)]),
+                    ),
+                )
+                .await?;
+            tracing::warn!(%app, %key, "Stale lease key removed: it had no live lease or replica");
+        }
+        for app in &plan.take {
             let key = self.lease_key(app);
             let resp = store
                 .timed(
@@ -1155,26 +1198,23 @@ impl Replicas {
                     ),
                 )
                 .await?;
-            free_before.remove(app);
+            memory.free_since.remove(app);
             if resp.succeeded() {
                 let created = resp.header().map(|h| h.revision()).unwrap_or(0);
                 tracing::info!(%app, replica = %self.name, "App lease taken");
                 self.gates[app].send_replace(Some(Fence { key, created }));
-                count += 1;
             }
         }
-        if count > fair
-            && let Some(app) = held.last()
-        {
-            // Give one back so a replica with fewer apps can take it.
+        if let Some(app) = &plan.give_back {
             let key = self.lease_key(app);
-            let created = self.gates[*app]
+            let created = self.gates[app]
                 .borrow()
                 .as_ref()
                 .map(|f| f.created)
                 .unwrap_or(0);
-            self.gates[*app].send_replace(None);
-            let _ = store
+            self.gates[app].send_replace(None);
+            memory.last_give_back = Some(now);
+            store
                 .timed(
                     "lease",
                     kv.txn(
@@ -1188,10 +1228,121 @@ impl Replicas {
                     ),
                 )
                 .await?;
-            tracing::info!(%app, replica = %self.name, share = fair, "App lease given back to balance the replicas");
+            tracing::info!(%app, replica = %self.name, "App lease given back to balance the replicas");
         }
         Ok(())
     }
+}
+
+/// The value of a replica's registration key: the apps it can run.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Registration {
+    apps: BTreeSet<String>,
+}
+
+/// What a replica remembers between passes.
+#[derive(Debug, Default)]
+struct PassMemory {
+    /// When each free app was first seen free.
+    free_since: HashMap<String, tokio::time::Instant>,
+    /// Stale lease keys seen on the last pass: app to the key's create revision.
+    stale: HashMap<String, i64>,
+    /// When this replica last gave an app back.
+    last_give_back: Option<tokio::time::Instant>,
+}
+
+/// What one pass does.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PassPlan {
+    /// Free apps to take.
+    take: Vec<String>,
+    /// An app to give back.
+    give_back: Option<String>,
+    /// Stale lease keys to remove: app and the key's create revision.
+    clear: Vec<(String, i64)>,
+}
+
+/// Decides a pass of replica `me` (lease `lease`, running `apps`) from the registered replicas
+/// (name to the apps each runs; `None` when unreadable, taken as every app) and the holders.
+///
+/// - A free app is taken at once when no other replica that runs it holds fewer apps than
+///   `me`; otherwise once it has stayed free for `beat` (so no app stays unheld for long).
+/// - A holder whose replica is not registered, or whose key has no lease, is stale: its key is
+///   cleared once seen stale on two passes.
+/// - At most once per `beat`, one app is given back when another replica that runs it holds
+///   at least two fewer: each move narrows the gap, so balancing ends, and an app that only
+///   `me` runs is never given back.
+#[allow(clippy::too_many_arguments)]
+fn plan_pass(
+    me: &str,
+    lease: i64,
+    apps: &[String],
+    replicas: &BTreeMap<String, Option<BTreeSet<String>>>,
+    holders: &BTreeMap<String, Holder>,
+    memory: &mut PassMemory,
+    now: tokio::time::Instant,
+    beat: Duration,
+) -> PassPlan {
+    let mut plan = PassPlan::default();
+    let live = |h: &Holder| h.lease != 0 && replicas.contains_key(&h.replica);
+    let mut count: BTreeMap<&str, usize> = replicas.keys().map(|r| (r.as_str(), 0)).collect();
+    for h in holders.values().filter(|h| live(h)) {
+        *count.entry(h.replica.as_str()).or_default() += 1;
+    }
+    let runs = |r: &str, app: &str| {
+        replicas
+            .get(r)
+            .is_some_and(|a| a.as_ref().is_none_or(|a| a.contains(app)))
+    };
+    let others_min = |app: &str, count: &BTreeMap<&str, usize>| {
+        count
+            .iter()
+            .filter(|(r, _)| **r != me && runs(r, app))
+            .map(|(_, n)| *n)
+            .min()
+    };
+    let mut stale_now = HashMap::new();
+    let mut mine = count.get(me).copied().unwrap_or(0);
+    for app in apps {
+        let free = match holders.get(app) {
+            None => true,
+            Some(h) if live(h) => false,
+            Some(h) => {
+                let created = h.since_revision as i64;
+                if memory.stale.get(app) == Some(&created) {
+                    plan.clear.push((app.clone(), created));
+                }
+                stale_now.insert(app.clone(), created);
+                false
+            }
+        };
+        if !free {
+            memory.free_since.remove(app);
+            continue;
+        }
+        let since = *memory.free_since.entry(app.clone()).or_insert(now);
+        let least = others_min(app, &count).is_none_or(|n| mine <= n);
+        if least || now.duration_since(since) >= beat {
+            plan.take.push(app.clone());
+            mine += 1;
+        }
+    }
+    memory.stale = stale_now;
+    let may_give = memory
+        .last_give_back
+        .is_none_or(|t| now.duration_since(t) >= beat);
+    if may_give {
+        plan.give_back = apps
+            .iter()
+            .filter(|a| {
+                holders
+                    .get(*a)
+                    .is_some_and(|h| h.replica == me && h.lease == lease)
+            })
+            .find(|a| others_min(a, &count).is_some_and(|n| n + 2 <= mine))
+            .cloned();
+    }
+    plan
 }
 
 #[cfg(test)]
@@ -1211,11 +1362,108 @@ mod tests {
         // Keys of another layout, or another prefix, are not objects.
         assert_eq!(decode_key("/d", b"/d/x/y"), None);
         assert_eq!(decode_key("/d", b"/dx//ConfigMap/a/b"), None);
-        assert_eq!(decode_key("/d", b"/d.leases/app"), None);
+        assert_eq!(decode_key("/d", b"/d/_leases/app"), None);
+        assert_eq!(decode_key("/d", b"/d/_replicas/r1"), None);
         // Another install under `/d/x` has five segments after `/d/`.
         assert_eq!(decode_key("/d", b"/d/x//ConfigMap/default/a"), None);
         assert!(encode_key("/d", &ObjectKey::new("", "K", "", "a/b")).is_err());
         assert!(encode_key("/d", &ObjectKey::new("a/b", "K", "", "n")).is_err());
+    }
+
+    fn holder(replica: &str, lease: i64, since: u64) -> Holder {
+        Holder {
+            replica: replica.into(),
+            since_revision: since,
+            lease,
+        }
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_pass_takes_free_apps_as_the_least_loaded_replica_and_gives_back_rarely() {
+        let apps = names(&["a1", "a2", "a3", "a4"]);
+        let every: BTreeMap<String, Option<BTreeSet<String>>> =
+            [("r1".to_string(), None), ("r2".to_string(), None)].into();
+        let t0 = tokio::time::Instant::now();
+        let beat = Duration::from_secs(5);
+        // Alone among free apps: take them all.
+        let mut m = PassMemory::default();
+        let p = plan_pass("r1", 7, &apps, &every, &BTreeMap::new(), &mut m, t0, beat);
+        assert_eq!(
+            p.take,
+            names(&["a1"]),
+            "r2 has none either: r1 takes while it is not ahead"
+        );
+        // What r1 did not take, it takes once free for a beat.
+        let p = plan_pass(
+            "r1",
+            7,
+            &apps,
+            &every,
+            &BTreeMap::new(),
+            &mut m,
+            t0 + beat,
+            beat,
+        );
+        assert_eq!(p.take, apps, "nobody took them for a beat");
+        // Holding all four with r2 at none: give one back, then wait a beat before another.
+        let all: BTreeMap<String, Holder> = apps
+            .iter()
+            .map(|a| (a.clone(), holder("r1", 7, 1)))
+            .collect();
+        let mut m = PassMemory::default();
+        let p = plan_pass("r1", 7, &apps, &every, &all, &mut m, t0, beat);
+        assert_eq!(p.give_back.as_deref(), Some("a1"));
+        m.last_give_back = Some(t0);
+        let p = plan_pass("r1", 7, &apps, &every, &all, &mut m, t0 + beat / 2, beat);
+        assert_eq!(p.give_back, None, "at most one per beat: no hot loop");
+    }
+
+    #[test]
+    fn an_app_only_this_replica_runs_is_never_given_back() {
+        // r2 runs only a1 (a rolling update with another app list): r1 keeps a2..a4.
+        let apps = names(&["a1", "a2", "a3", "a4"]);
+        let replicas: BTreeMap<String, Option<BTreeSet<String>>> = [
+            ("r1".to_string(), None),
+            ("r2".to_string(), Some(["a1".to_string()].into())),
+        ]
+        .into();
+        let mut held: BTreeMap<String, Holder> = names(&["a2", "a3", "a4"])
+            .into_iter()
+            .map(|a| (a, holder("r1", 7, 1)))
+            .collect();
+        held.insert("a1".into(), holder("r2", 9, 2));
+        let mut m = PassMemory::default();
+        let t0 = tokio::time::Instant::now();
+        let p = plan_pass(
+            "r1",
+            7,
+            &apps,
+            &replicas,
+            &held,
+            &mut m,
+            t0,
+            Duration::from_secs(5),
+        );
+        assert_eq!(p, PassPlan::default());
+    }
+
+    #[test]
+    fn a_lease_key_without_a_live_replica_is_cleared_on_the_second_look() {
+        let apps = names(&["a1"]);
+        let replicas: BTreeMap<String, Option<BTreeSet<String>>> =
+            [("r1".to_string(), None)].into();
+        let ghost: BTreeMap<String, Holder> = [("a1".to_string(), holder("ghost", 0, 42))].into();
+        let mut m = PassMemory::default();
+        let t0 = tokio::time::Instant::now();
+        let beat = Duration::from_secs(5);
+        let p = plan_pass("r1", 7, &apps, &replicas, &ghost, &mut m, t0, beat);
+        assert!(p.clear.is_empty() && p.take.is_empty());
+        let p = plan_pass("r1", 7, &apps, &replicas, &ghost, &mut m, t0, beat);
+        assert_eq!(p.clear, vec![("a1".to_string(), 42)]);
     }
 
     #[test]
