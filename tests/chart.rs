@@ -311,3 +311,60 @@ fn every_example_config_loads_and_validates() {
     }
     assert!(seen >= 6, "the quickstart and the five examples: {seen}");
 }
+
+#[test]
+fn the_dockerfile_builds_a_release_with_etcd_and_runs_as_non_root() {
+    // No Docker daemon or image registry here: check what the image build relies on.
+    let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert!(froms[0].ends_with(" AS build"), "{froms:?}");
+    assert!(
+        text.contains("cargo build --release --locked --features etcd"),
+        "a locked release build with the etcd feature"
+    );
+    assert!(
+        text.contains("protobuf-compiler"),
+        "etcd-client's build needs protoc"
+    );
+    let user = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER");
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a numeric user");
+    assert_ne!(uid, 0, "the runtime is not root");
+    // Everything the build stage copies exists, and covers what Cargo needs to build.
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+    {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        for src in &parts[1..parts.len() - 1] {
+            assert!(root().join(src).exists(), "COPY {src}: no such path");
+        }
+    }
+    // Cargo reads every declared target's file, benches included, before it builds.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    for (table, dir) in [
+        ("[[bench]]", "benches"),
+        ("[[example]]", "examples"),
+        ("[[bin]]", "src"),
+    ] {
+        if manifest.contains(table) {
+            assert!(
+                text.contains(&format!("COPY {dir} {dir}")),
+                "Cargo.toml declares {table} but the build does not copy {dir}/"
+            );
+        }
+    }
+    assert!(
+        text.contains(r#"CMD ["-c", "/etc/driftless/config/driftless.yaml", "run"]"#),
+        "the chart mounts the config there"
+    );
+}
