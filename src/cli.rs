@@ -545,7 +545,39 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
         Some(_) => Some(lock_agent(&cfg)?),
         None => None,
     };
-    if !wait_for_store(&store).await? {
+    // Listen at once: while the store is still unreachable (etcd starting), /healthz answers
+    // (the process is alive, so a liveness probe does not restart it) and /readyz says why it
+    // is not ready. The full server takes the same socket over afterwards.
+    let server = &cfg.config.server;
+    let socket = std::net::TcpListener::bind(server.listen.value.as_str())
+        .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
+    socket
+        .set_nonblocking(true)
+        .context("cannot set up the listening socket")?;
+    let waiting = tokio::net::TcpListener::from_std(
+        socket
+            .try_clone()
+            .context("cannot set up the listening socket")?,
+    )
+    .context("cannot set up the listening socket")?;
+    if let Ok(addr) = socket.local_addr() {
+        tracing::debug!(%addr, "Listening; the full HTTP server starts once the store answers");
+    }
+    let (waited_tx, mut waited_rx) = tokio::sync::watch::channel(false);
+    let early = tokio::spawn(
+        async move {
+            let _ = axum::serve(waiting, server::waiting_router())
+                .with_graceful_shutdown(async move {
+                    let _ = waited_rx.changed().await;
+                })
+                .await;
+        }
+        .instrument(tracing::info_span!("http_server_waiting")),
+    );
+    let reachable = wait_for_store(&store).await?;
+    let _ = waited_tx.send(true);
+    let _ = early.await;
+    if !reachable {
         return Ok(0);
     }
     #[cfg(feature = "etcd")]
@@ -571,11 +603,9 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     )
     .await?;
     let previews = load_previews(&cfg, &stores, &git, &queue, &claim).await?;
-    let server = &cfg.config.server;
     let state_parts = server_secrets(&cfg)?;
-    let listener = tokio::net::TcpListener::bind(server.listen.value.as_str())
-        .await
-        .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
+    let listener =
+        tokio::net::TcpListener::from_std(socket).context("cannot set up the listening socket")?;
     let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let agent = Agent::new(store.clone(), apps).with_previews(previews);

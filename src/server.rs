@@ -188,6 +188,19 @@ pub struct WebhookSecrets {
     pub gitlab: Option<SecretString>,
 }
 
+/// The server of an agent still waiting for its store at start: `/healthz` answers `ok` (the
+/// process is alive) and everything else 503 `waiting for the store`.
+pub fn waiting_router() -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .fallback(|| async {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "waiting for the store (see the log)\n",
+            )
+        })
+}
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct ServerState {

@@ -806,3 +806,37 @@ async fn a_second_replica_with_the_same_name_takes_nothing() {
     );
     assert!(gate1.borrow().is_some(), "the first keeps it");
 }
+
+#[test]
+fn an_agent_started_while_etcd_is_down_answers_health_checks_and_joins_when_it_comes() {
+    let mut server = EtcdServer::start();
+    let p = Project::new(&server.endpoint(), &["web"], "1h");
+    server.kill();
+    let mut agent = p.agent("early");
+    let addr = p.addr("early");
+    let health = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        raw[9..12].parse::<u16>().unwrap()
+    };
+    assert_eq!(
+        health("/healthz"),
+        200,
+        "alive: a liveness probe must not kill it"
+    );
+    assert_eq!(health("/readyz"), 503, "not ready before the store answers");
+    server.resume();
+    wait_for(
+        "the first sync once etcd is up",
+        Duration::from_secs(60),
+        || p.value("web-cm").as_deref() == Some("1"),
+    );
+    wait_for("ready", Duration::from_secs(30), || {
+        health("/readyz") == 200
+    });
+    assert!(agent.try_wait().unwrap().is_none());
+    kill(&mut agent);
+}

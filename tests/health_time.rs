@@ -538,3 +538,28 @@ fn offline_diff_gives_every_conformance_verdict_and_the_label_changes() {
     );
     assert!(text.contains("ConfigMap prod/extra"), "{text}");
 }
+
+#[test]
+fn a_newer_commit_applied_by_a_sync_command_is_not_undone_by_the_running_agent() {
+    // The agent polls hourly: what it does next comes from the inventory change alone.
+    let env = Env::new();
+    let _agent = env.agent();
+    env.wait("the first commit applied", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("second");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    env.wait("the agent adopts the sync", Duration::from_secs(30), || {
+        env.log().contains("Inventory written by another process")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "2",
+        "the agent put back its older commit:\n{}",
+        env.log()
+    );
+    assert_eq!(env.status()["revision"], env.repo.head());
+}

@@ -48,8 +48,8 @@ impl Readiness {
 }
 
 /// The status of each app as this agent last computed it, whether or not the store took it:
-/// what the API shows when the store cannot be read (etcd down). Apps this replica stands by
-/// for are absent.
+/// what the API shows when the store cannot be read (etcd down). An app this replica stands by
+/// for keeps the status it had when the replica last ran it; one it never ran is absent.
 #[derive(Debug, Default)]
 pub struct Latest {
     statuses: std::sync::Mutex<std::collections::BTreeMap<String, crate::status::AppStatus>>,
@@ -61,13 +61,6 @@ impl Latest {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(status.name.clone(), status.clone());
-    }
-
-    fn forget(&self, app: &str) {
-        self.statuses
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(app);
     }
 
     /// The statuses, by app name.
@@ -407,7 +400,6 @@ impl AppLoop {
                 if holding {
                     tracing::warn!("This replica no longer holds the app; standing by");
                 }
-                self.latest.forget(self.app.name());
                 // A standby replica is ready: it serves, and takes the app when it is free.
                 self.readiness.done(self.app.name());
                 tokio::select! {

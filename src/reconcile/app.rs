@@ -360,7 +360,7 @@ impl App {
     pub async fn reconcile(&mut self, trigger: Trigger) -> (Duration, Report) {
         let started = std::time::Instant::now();
         let mut report = Report::default();
-        let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
+        let mut fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
         self.manual = trigger == Trigger::Manual;
         self.fights.expire(started);
         let mut scope = match trigger {
@@ -378,12 +378,15 @@ impl App {
             }
             _ => None,
         };
-        // The inventory changed under us: adopt it and look at everything.
+        // The inventory changed under us: adopt it and look at everything, after a fetch, so
+        // that a newer commit another process (`driftless sync`) applied is not undone by the
+        // older one this app had in force.
         if let Some(keys) = &mut scope
             && keys.remove(&Inventory::record_key(self.name()))
         {
             self.adopt_inventory().await;
             scope = None;
+            fetch = true;
         }
         // Objects being fought over wait for their hold to end.
         let mut skip_enforce = false;
