@@ -290,25 +290,53 @@ async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
         .collect();
     let c = fenced2.commit(many).await.unwrap();
     assert_eq!(c.stored.len(), 300);
-    // One value too large for an etcd request is refused before anything is written.
-    let big = "x".repeat(1_600_000);
-    let err = fenced2
+    // A value larger than one etcd request (1.5 MiB) is stored in parts and read back whole:
+    // an app's inventory of 10,000 objects is about 3 MB.
+    let big = "é".repeat(1_000_000); // 2 MB of UTF-8, cut only at character boundaries
+    let c = fenced2
         .commit(vec![
             put(cm("small", json!({})), Precondition::Absent),
             put(cm("huge", json!({"blob": big})), Precondition::Absent),
         ])
         .await
-        .unwrap_err();
+        .expect("a large value is stored");
+    let huge = s.get(&key("huge")).await.unwrap().unwrap();
     assert!(
-        err.to_string().contains("store backend failed")
-            && driftless::reconcile::error_chain(&err).contains("ConfigMap default/huge"),
-        "{}",
-        driftless::reconcile::error_chain(&err)
+        huge.get("data") == Some(&json!({"blob": big})),
+        "read back whole"
     );
-    assert!(
-        s.get(&key("small")).await.unwrap().is_none(),
-        "nothing written"
-    );
+    assert_eq!(huge.resource_version(), Some(c.revision));
+    let listed = s.list(&Selector::default()).await.unwrap();
+    assert!(listed.objects[&key("huge")].get("data") == huge.get("data"));
+    let raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let parts = || {
+        let mut kv = raw.kv_client();
+        async move {
+            kv.get(
+                "/fence/_parts/",
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap()
+            .count()
+        }
+    };
+    assert_eq!(parts().await, 2, "two parts of at most 1 MiB");
+    // Replaced by a small value, its parts go.
+    fenced2
+        .commit(vec![put(
+            cm("huge", json!({"blob": "small now"})),
+            Precondition::ResourceVersion(c.revision),
+        )])
+        .await
+        .unwrap();
+    assert_eq!(parts().await, 0, "the replaced parts are removed");
 }
 
 /// A project on etcd: a repository with one folder per app, a config per replica.

@@ -286,6 +286,83 @@ impl EtcdStore {
             .max_decoding_message_size(MAX_REPLY_BYTES)
     }
 
+    /// Where the parts of a split value live: `<prefix>/_parts/<digest>/` (never read as
+    /// objects: too few segments).
+    fn parts_prefix(&self, digest: &str) -> String {
+        format!("{}/_parts/{digest}/", self.opts.prefix)
+    }
+
+    /// The object in a key-value pair, its parts read back when it was split (at `revision`
+    /// when not 0), with `resourceVersion` = the key's `mod_revision`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] when the value or its parts do not make an object.
+    async fn decode_full(&self, key: &ObjectKey, kvp: &KeyValue, revision: i64) -> Result<Object> {
+        let corrupt = |e: Box<dyn std::error::Error + Send + Sync>| Error::Corrupt {
+            key: key.clone(),
+            source: e,
+        };
+        let joined;
+        let body = match parts_of(kvp.value()) {
+            None => std::str::from_utf8(kvp.value()).map_err(|e| corrupt(Box::new(e)))?,
+            Some(p) => {
+                let mut kv = self.kv();
+                let mut o = GetOptions::new().with_prefix();
+                if revision > 0 {
+                    o = o.with_revision(revision);
+                }
+                let resp = self
+                    .timed("get", kv.get(self.parts_prefix(&p.digest), Some(o)))
+                    .await?;
+                let mut whole = Vec::with_capacity(p.bytes);
+                for part in resp.kvs() {
+                    whole.extend_from_slice(part.value());
+                }
+                if resp.kvs().len() != p.parts || whole.len() != p.bytes {
+                    return Err(corrupt(
+                        format!(
+                            "its value is split into {} parts of {} bytes, but {} parts of {} bytes are stored",
+                            p.parts,
+                            p.bytes,
+                            resp.kvs().len(),
+                            whole.len()
+                        )
+                        .into(),
+                    ));
+                }
+                joined = String::from_utf8(whole).map_err(|e| corrupt(Box::new(e)))?;
+                &joined
+            }
+        };
+        let mut o = super::decode(key, body)?;
+        o.metadata_mut().insert(
+            "resourceVersion".into(),
+            Value::String(kvp.mod_revision().to_string()),
+        );
+        Ok(o)
+    }
+
+    /// Removes the parts of split values that a commit replaced or deleted (best effort: a
+    /// part left behind is only space).
+    async fn drop_parts(&self, digests: Vec<String>) {
+        let mut kv = self.kv();
+        for d in digests {
+            let r = self
+                .timed(
+                    "commit",
+                    kv.delete(
+                        self.parts_prefix(&d),
+                        Some(etcd_client::DeleteOptions::new().with_prefix()),
+                    ),
+                )
+                .await;
+            if let Err(e) = r {
+                tracing::debug!(digest = %d, error = %chain(&e), "Parts of a replaced value not removed");
+            }
+        }
+    }
+
     /// An etcd client error as a store error naming the cluster.
     fn etcd_err(&self, op: &'static str, source: etcd_client::Error) -> Error {
         Error::Backend {
@@ -391,9 +468,18 @@ impl EtcdStore {
             let mut compares = Vec::new();
             let mut ops = Vec::new();
             let mut stored = Vec::new();
+            // Digests of split values this commit replaces or deletes, and the parts it writes.
+            let mut replaced: Vec<String> = Vec::new();
+            let mut new_parts: Vec<(String, Vec<String>)> = Vec::new();
             for (w, k) in writes.iter().zip(&keys) {
                 let old_kv = current.get(k.as_bytes()).copied();
-                let old = old_kv.map(|kvp| decode_kv(&w.key(), kvp)).transpose()?;
+                let old = match old_kv {
+                    Some(kvp) => Some(self.decode_full(&w.key(), kvp, 0).await?),
+                    None => None,
+                };
+                if let Some(p) = old_kv.and_then(|kvp| parts_of(kvp.value())) {
+                    replaced.push(p.digest);
+                }
                 compares.push(match old_kv {
                     Some(kvp) => {
                         Compare::mod_revision(k.as_bytes(), CompareOp::Equal, kvp.mod_revision())
@@ -408,7 +494,15 @@ impl EtcdStore {
                         precondition.check(&w.key(), old.as_ref())?;
                         let mut new = stamp(old.as_ref(), object.clone(), 0);
                         new.metadata_mut().remove("resourceVersion");
-                        ops.push(TxnOp::put(k.as_bytes(), new.to_json(), None));
+                        let json = new.to_json();
+                        match split_value(k, &json) {
+                            None => ops.push(TxnOp::put(k.as_bytes(), json, None)),
+                            Some((marker, value, parts)) => {
+                                replaced.retain(|d| *d != marker.digest);
+                                new_parts.push((marker.digest, parts));
+                                ops.push(TxnOp::put(k.as_bytes(), value, None));
+                            }
+                        }
                         stored.push(new);
                     }
                     Write::Delete { precondition, .. } => {
@@ -429,10 +523,26 @@ impl EtcdStore {
                     f.created,
                 ));
             }
+            // Parts first, each its own request: content-addressed, so writing them again on a
+            // retry is harmless, and the key points at them only once the transaction commits.
+            for (digest, parts) in &new_parts {
+                for (i, part) in parts.iter().enumerate() {
+                    self.timed(
+                        "commit",
+                        kv.put(
+                            format!("{}{i:06}", self.parts_prefix(digest)),
+                            part.as_str(),
+                            None,
+                        ),
+                    )
+                    .await?;
+                }
+            }
             let resp = self
                 .timed("commit", kv.txn(Txn::new().when(compares).and_then(ops)))
                 .await?;
             if resp.succeeded() {
+                self.drop_parts(replaced).await;
                 let revision = resp.header().map(|h| h.revision()).unwrap_or(0) as u64;
                 for o in &mut stored {
                     o.metadata_mut().insert(
@@ -466,13 +576,9 @@ impl EtcdStore {
 
     /// Splits writes into chunks within the transaction limits: at most `max_txn_ops` writes
     /// (one less when fenced: the fence is one more compare, and etcd counts compares against
-    /// the same limit) and `max_txn_bytes` of values.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Backend`] naming the object when one value alone exceeds `max_txn_bytes`, before
-    /// anything is written.
-    fn chunks(&self, writes: Vec<Write>) -> Result<Vec<Vec<Write>>> {
+    /// the same limit) and `max_txn_bytes` of values (a value split into parts counts as its
+    /// marker).
+    fn chunks(&self, writes: Vec<Write>) -> Vec<Vec<Write>> {
         let max_ops = self
             .opts
             .max_txn_ops
@@ -482,20 +588,15 @@ impl EtcdStore {
         let mut chunk = Vec::new();
         let mut bytes = 0usize;
         for w in writes {
+            // A value above PART_BYTES goes in parts of its own; the transaction carries its
+            // marker.
             let size = match &w {
-                Write::Put { object, .. } => object.to_json().len() + 64,
+                Write::Put { object, .. } => {
+                    let n = object.to_json().len();
+                    if n > PART_BYTES { 256 } else { n + 64 }
+                }
                 Write::Delete { .. } => 64,
             } + self.opts.prefix.len();
-            if size > self.opts.max_txn_bytes {
-                return Err(failed(
-                    "commit",
-                    format!(
-                        "{} is {size} bytes as JSON, more than one etcd request may carry ({} bytes; etcd's --max-request-bytes is 1.5 MiB by default); nothing written",
-                        w.key(),
-                        self.opts.max_txn_bytes
-                    ),
-                ));
-            }
             if !chunk.is_empty()
                 && (chunk.len() >= max_ops || bytes + size > self.opts.max_txn_bytes)
             {
@@ -508,7 +609,7 @@ impl EtcdStore {
         if !chunk.is_empty() {
             out.push(chunk);
         }
-        Ok(out)
+        out
     }
 
     /// Lists every object under `start` (an etcd key prefix), paginated at one revision.
@@ -534,7 +635,7 @@ impl EtcdStore {
                     continue;
                 };
                 if selector.matches(&key) {
-                    let o = decode_kv(&key, kvp)?;
+                    let o = self.decode_full(&key, kvp, revision).await?;
                     objects.insert(key, o);
                 }
             }
@@ -601,18 +702,63 @@ fn decode_key(prefix: &str, raw: &[u8]) -> Option<ObjectKey> {
     Some(ObjectKey::new(group, kind, namespace, name))
 }
 
-/// The object in a key-value pair, with `resourceVersion` = the key's `mod_revision`.
-fn decode_kv(key: &ObjectKey, kvp: &KeyValue) -> Result<Object> {
-    let body = std::str::from_utf8(kvp.value()).map_err(|e| Error::Corrupt {
-        key: key.clone(),
-        source: Box::new(e),
-    })?;
-    let mut o = super::decode(key, body)?;
-    o.metadata_mut().insert(
-        "resourceVersion".into(),
-        Value::String(kvp.mod_revision().to_string()),
-    );
-    Ok(o)
+/// The top-level key of the value stored in place of a value split into parts.
+const PARTS_MARKER: &str = "driftless.io/parts";
+
+/// Where a split value is written: at most this many bytes per part (1 MiB), each part its own
+/// key and request, under etcd's default 1.5 MiB request limit.
+const PART_BYTES: usize = 1 << 20;
+
+/// A value split into parts: the marker stored at the object's key.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
+struct Parts {
+    /// Hex SHA-256 of the key and the whole value: parts are content-addressed and immutable.
+    digest: String,
+    /// How many parts.
+    parts: usize,
+    /// The whole value's length in bytes.
+    bytes: usize,
+}
+
+/// The parts marker in a stored value, if it is one.
+fn parts_of(value: &[u8]) -> Option<Parts> {
+    let prefix = format!("{{\"{PARTS_MARKER}\":");
+    if !value.starts_with(prefix.as_bytes()) {
+        return None;
+    }
+    let v: BTreeMap<String, Parts> = serde_json::from_slice(value).ok()?;
+    v.get(PARTS_MARKER).cloned()
+}
+
+/// Splits `json` (the value for `key`) into parts when it is larger than [`PART_BYTES`]:
+/// the marker to store at the key and the parts, at UTF-8 character boundaries.
+fn split_value(key: &str, json: &str) -> Option<(Parts, String, Vec<String>)> {
+    if json.len() <= PART_BYTES {
+        return None;
+    }
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(key.as_bytes());
+    h.update([0]);
+    h.update(json.as_bytes());
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let mut parts = Vec::new();
+    let mut rest = json;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(PART_BYTES);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        parts.push(rest[..cut].to_string());
+        rest = &rest[cut..];
+    }
+    let marker = Parts {
+        digest,
+        parts: parts.len(),
+        bytes: json.len(),
+    };
+    let value = serde_json::json!({ PARTS_MARKER: marker }).to_string();
+    Some((marker, value, parts))
 }
 
 #[async_trait]
@@ -621,10 +767,11 @@ impl Store for EtcdStore {
         let k = self.key_of(key)?;
         let mut kv = self.kv();
         let resp = self.timed("get", kv.get(k, None)).await?;
-        resp.kvs()
-            .first()
-            .map(|kvp| decode_kv(key, kvp))
-            .transpose()
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        match resp.kvs().first() {
+            Some(kvp) => Ok(Some(self.decode_full(key, kvp, revision).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
@@ -645,7 +792,7 @@ impl Store for EtcdStore {
         let mut objects = BTreeMap::new();
         for kvp in &found {
             if let Some(key) = decode_key(&self.opts.prefix, kvp.key()) {
-                let o = decode_kv(&key, kvp)?;
+                let o = self.decode_full(&key, kvp, revision).await?;
                 objects.insert(key, o);
             }
         }
@@ -684,7 +831,7 @@ impl Store for EtcdStore {
             return Ok(Committed::default());
         }
         check_distinct(&writes)?;
-        let chunks = self.chunks(writes)?;
+        let chunks = self.chunks(writes);
         let total = chunks.len();
         let mut out = Committed::default();
         for (i, chunk) in chunks.into_iter().enumerate() {
