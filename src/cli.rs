@@ -617,11 +617,12 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let (agent, coordination) = match replicas {
         Some((r, gates)) => {
             tracing::info!(replica = %r.name(), lease_ttl_seconds = r.ttl().as_secs(), "Sharing the apps with the other replicas through etcd leases");
+            let coordinated = r.coordinated();
             let task = tokio::spawn(
                 r.run(release_rx)
                     .instrument(tracing::info_span!("replicas")),
             );
-            (agent.with_gates(gates), Some(task))
+            (agent.with_gates(gates, coordinated), Some(task))
         }
         None => (agent, None),
     };

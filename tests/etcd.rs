@@ -816,6 +816,7 @@ async fn a_second_replica_with_the_same_name_takes_nothing() {
     let (_stop1, rx1) = tokio::sync::watch::channel(false);
     let first = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
     let mut gate1 = first.gate("app").unwrap();
+    let coordinated1 = first.coordinated();
     let _t1 = tokio::spawn(first.run(rx1));
     tokio::time::timeout(Duration::from_secs(10), gate1.wait_for(Option::is_some))
         .await
@@ -824,6 +825,7 @@ async fn a_second_replica_with_the_same_name_takes_nothing() {
     let (_stop2, rx2) = tokio::sync::watch::channel(false);
     let second = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
     let mut gate2 = second.gate("app").unwrap();
+    let coordinated2 = second.coordinated();
     let _t2 = tokio::spawn(second.run(rx2));
     // Several keep-alive passes later the second still holds nothing.
     let opened =
@@ -833,6 +835,9 @@ async fn a_second_replica_with_the_same_name_takes_nothing() {
         "two replicas named alike both took the app"
     );
     assert!(gate1.borrow().is_some(), "the first keeps it");
+    // The first knows who holds what; the second never could, so its agent is not ready.
+    assert!(*coordinated1.borrow());
+    assert!(!*coordinated2.borrow());
 }
 
 #[test]

@@ -166,6 +166,7 @@ pub struct Agent {
     apps: Vec<App>,
     previews: Vec<Previews>,
     gates: HashMap<String, Gate>,
+    coordinated: Option<watch::Receiver<bool>>,
 }
 
 impl Agent {
@@ -177,6 +178,7 @@ impl Agent {
             apps,
             previews: Vec::new(),
             gates: HashMap::new(),
+            coordinated: None,
         }
     }
 
@@ -185,8 +187,16 @@ impl Agent {
     /// the loop reads the state the previous holder left ([`App::take_over`]) and reconciles
     /// with a fetch; on losing it, it stops after the reconcile in progress, whose writes the
     /// fenced store refuses.
-    pub fn with_gates(mut self, gates: HashMap<String, Gate>) -> Self {
+    ///
+    /// `coordinated` turns true once the replicas know who holds what: until then an app this
+    /// replica stands by for keeps `/readyz` waiting.
+    pub fn with_gates(
+        mut self,
+        gates: HashMap<String, Gate>,
+        coordinated: watch::Receiver<bool>,
+    ) -> Self {
         self.gates = gates;
+        self.coordinated = Some(coordinated);
         self
     }
 
@@ -212,6 +222,7 @@ impl Agent {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
             loops.push(AppLoop {
+                coordinated: self.coordinated.clone(),
                 gate: gates.get(app.name()).cloned(),
                 app: app.with_stop(shutdown.clone()),
                 events: events.subscribe(),
@@ -359,6 +370,16 @@ async fn watch_store(
     }
 }
 
+/// Resolves when the replicas first know who holds what (never without replicas).
+async fn coordinated_turns_true(coordinated: &mut Option<watch::Receiver<bool>>) {
+    match coordinated {
+        Some(c) => {
+            let _ = c.wait_for(|known| *known).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves when `gate` closes (never without a gate).
 async fn gate_closes(gate: &mut Option<Gate>) {
     match gate {
@@ -374,6 +395,8 @@ struct AppLoop {
     app: App,
     /// With etcd replicas: run only while this replica holds the app.
     gate: Option<Gate>,
+    /// With etcd replicas: true once the replicas know who holds what.
+    coordinated: Option<watch::Receiver<bool>>,
     events: broadcast::Receiver<WatchItem>,
     requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
@@ -400,12 +423,17 @@ impl AppLoop {
                 if holding {
                     tracing::warn!("This replica no longer holds the app; standing by");
                 }
-                // A standby replica is ready: it serves, and takes the app when it is free.
-                self.readiness.done(self.app.name());
+                // A standby replica is ready once it knows who holds what: it serves, and takes
+                // the app when it is free.
+                let known = self.coordinated.as_ref().is_none_or(|c| *c.borrow());
+                if known {
+                    self.readiness.done(self.app.name());
+                }
                 tokio::select! {
                     biased;
                     _ = self.shutdown.changed() => break,
                     r = g.wait_for(Option::is_some) => if r.is_err() { break },
+                    _ = coordinated_turns_true(&mut self.coordinated), if !known => continue,
                 }
                 tracing::info!("This replica holds the app now; taking it over");
                 self.app.take_over().await;

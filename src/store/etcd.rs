@@ -1029,6 +1029,8 @@ pub struct Replicas {
     ttl: Duration,
     apps: Vec<String>,
     gates: HashMap<String, watch::Sender<Option<Fence>>>,
+    /// True once a pass has succeeded: this replica knows who holds what.
+    coordinated: watch::Sender<bool>,
 }
 
 impl Replicas {
@@ -1045,6 +1047,7 @@ impl Replicas {
             ttl: ttl.max(Duration::from_secs(2)),
             apps,
             gates,
+            coordinated: watch::channel(false).0,
         }
     }
 
@@ -1056,6 +1059,12 @@ impl Replicas {
     /// The lease time to live.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// True once this replica has read who holds what (its first pass succeeded): until then a
+    /// replica holding nothing cannot tell whether that is right, so it is not ready.
+    pub fn coordinated(&self) -> watch::Receiver<bool> {
+        self.coordinated.subscribe()
     }
 
     /// The gate of `app`: `Some(fence)` while this replica holds it. `None` for an unknown app.
@@ -1377,6 +1386,8 @@ impl Replicas {
                 .await?;
             tracing::info!(%app, replica = %self.name, "App lease given back to balance the replicas");
         }
+        self.coordinated
+            .send_if_modified(|c| !std::mem::replace(c, true));
         Ok(())
     }
 }
