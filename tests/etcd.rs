@@ -14,27 +14,12 @@ use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
 use common::{GitRepo, configmap, wait_for};
-use driftless::object::{Object, ObjectKey};
+use driftless::object::ObjectKey;
 use driftless::store::etcd::{EtcdStore, Options, Replicas};
 use driftless::store::{Error, Precondition, Selector, Store, WatchItem, Write};
 use serde_json::{Value, json};
 
-fn cm(name: &str, data: Value) -> Object {
-    Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"}, "data": data}))
-    .unwrap()
-}
-
-fn put(o: Object, p: Precondition) -> Write {
-    Write::Put {
-        object: o,
-        precondition: p,
-    }
-}
-
-fn key(name: &str) -> ObjectKey {
-    ObjectKey::new("", "ConfigMap", "default", name)
-}
+use common::objects::{cm, key, put};
 
 async fn store(server: &EtcdServer, prefix: &str, max_txn_ops: usize) -> EtcdStore {
     EtcdStore::connect(Options {

@@ -8,29 +8,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use driftless::object::{Object, ObjectKey, RESERVED_GROUP};
+use driftless::object::{Object, RESERVED_GROUP};
 use driftless::store::{
     self, Error, Precondition, Selector, Store, WatchItem, Write, memory::MemoryStore,
     sqlite::SqliteStore,
 };
 use serde_json::json;
 
-fn cm(name: &str, data: serde_json::Value) -> Object {
-    Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"}, "data": data}))
-    .unwrap()
-}
-
-fn put(o: Object, p: Precondition) -> Write {
-    Write::Put {
-        object: o,
-        precondition: p,
-    }
-}
-
-fn key(name: &str) -> ObjectKey {
-    ObjectKey::new("", "ConfigMap", "default", name)
-}
+use common::objects::{cm, key, put};
 
 async fn next_event(w: &mut store::Watch) -> WatchItem {
     tokio::time::timeout(Duration::from_secs(5), w.recv())

@@ -1163,17 +1163,7 @@ impl Replicas {
             .timed(
                 "lease",
                 kv.txn(
-                    Txn::new()
-                        .when([Compare::create_revision(
-                            key.as_bytes(),
-                            CompareOp::Equal,
-                            0,
-                        )])
-                        .and_then([TxnOp::put(
-                            key.as_bytes(),
-                            registration.as_bytes(),
-                            Some(PutOptions::new().with_lease(id)),
-                        )])
+                    create_under_lease(&key, registration.as_bytes(), id)
                         .or_else([TxnOp::get(key.as_bytes(), None)]),
                 ),
             )
@@ -1319,18 +1309,7 @@ impl Replicas {
             // passes; removed only if unchanged.
             let key = self.lease_key(app);
             store
-                .timed(
-                    "lease",
-                    kv.txn(
-                        Txn::new()
-                            .when([Compare::create_revision(
-                                key.as_bytes(),
-                                CompareOp::Equal,
-                                *created,
-                            )])
-                            .and_then([TxnOp::delete(key.as_bytes(), None)]),
-                    ),
-                )
+                .timed("lease", kv.txn(delete_if_created(&key, *created)))
                 .await?;
             tracing::warn!(%app, %key, "Stale lease key removed: it had no live lease or replica");
         }
@@ -1339,19 +1318,7 @@ impl Replicas {
             let resp = store
                 .timed(
                     "lease",
-                    kv.txn(
-                        Txn::new()
-                            .when([Compare::create_revision(
-                                key.as_bytes(),
-                                CompareOp::Equal,
-                                0,
-                            )])
-                            .and_then([TxnOp::put(
-                                key.as_bytes(),
-                                self.name.as_bytes(),
-                                Some(PutOptions::new().with_lease(lease)),
-                            )]),
-                    ),
+                    kv.txn(create_under_lease(&key, self.name.as_bytes(), lease)),
                 )
                 .await?;
             memory.free_since.remove(app);
@@ -1371,18 +1338,7 @@ impl Replicas {
             self.gates[app].send_replace(None);
             memory.last_give_back = Some(now);
             store
-                .timed(
-                    "lease",
-                    kv.txn(
-                        Txn::new()
-                            .when([Compare::create_revision(
-                                key.as_bytes(),
-                                CompareOp::Equal,
-                                created,
-                            )])
-                            .and_then([TxnOp::delete(key.as_bytes(), None)]),
-                    ),
-                )
+                .timed("lease", kv.txn(delete_if_created(&key, created)))
                 .await?;
             tracing::info!(%app, replica = %self.name, "App lease given back to balance the replicas");
         }
@@ -1390,6 +1346,32 @@ impl Replicas {
             .send_if_modified(|c| !std::mem::replace(c, true));
         Ok(())
     }
+}
+
+/// A transaction that creates `key` with `value` under `lease` only if it is absent.
+fn create_under_lease(key: &str, value: &[u8], lease: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(
+            key.as_bytes(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([TxnOp::put(
+            key.as_bytes(),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+}
+
+/// A transaction that deletes `key` only if it is still the key created at `created`.
+fn delete_if_created(key: &str, created: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(
+            key.as_bytes(),
+            CompareOp::Equal,
+            created,
+        )])
+        .and_then([TxnOp::delete(key.as_bytes(), None)])
 }
 
 /// The value of a replica's registration key: the apps it can run.

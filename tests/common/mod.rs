@@ -4,6 +4,7 @@
 pub mod comments;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod objects;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
