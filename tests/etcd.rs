@@ -33,6 +33,36 @@ async fn store(server: &EtcdServer, prefix: &str, max_txn_ops: usize) -> EtcdSto
     .unwrap()
 }
 
+/// A running replica of `apps` named `name` with a 2 s lease: its stop switch, the gate of
+/// `app`, whether it coordinates yet, and its task.
+struct RunningReplica {
+    stop: tokio::sync::watch::Sender<bool>,
+    gate: driftless::reconcile::Gate,
+    coordinated: tokio::sync::watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start_replica(s: &EtcdStore, name: &str) -> RunningReplica {
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let r = Replicas::new(s, name, Duration::from_secs(2), vec!["app".into()]);
+    RunningReplica {
+        stop,
+        gate: r.gate("app").unwrap(),
+        coordinated: r.coordinated(),
+        task: tokio::spawn(r.run(rx)),
+    }
+}
+
+/// Waits up to 10 s for `gate` to open, returning the fence.
+async fn opened(gate: &mut driftless::reconcile::Gate) -> driftless::store::Fence {
+    tokio::time::timeout(Duration::from_secs(10), gate.wait_for(Option::is_some))
+        .await
+        .expect("the gate opens within 10 s")
+        .unwrap()
+        .clone()
+        .unwrap()
+}
+
 async fn start_etcd(extra: &'static [&'static str]) -> EtcdServer {
     tokio::task::spawn_blocking(move || EtcdServer::start_with(extra))
         .await
@@ -210,19 +240,11 @@ async fn a_watch_resumes_from_the_last_revision_after_etcd_restarts() {
 async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
     let server = start_etcd(&[]).await;
     let s = store(&server, "/fence", 128).await;
-    let (stop1, stop1_rx) = tokio::sync::watch::channel(false);
-    let r1 = Replicas::new(&s, "r1", Duration::from_secs(2), vec!["app".into()]);
-    let mut gate1 = r1.gate("app").unwrap();
-    let t1 = tokio::spawn(r1.run(stop1_rx));
-    let fence = tokio::time::timeout(Duration::from_secs(10), gate1.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap()
-        .clone()
-        .unwrap();
+    let mut r1 = start_replica(&s, "r1");
+    let fence = opened(&mut r1.gate).await;
     let holders = driftless::store::etcd::holders(&s).await.unwrap();
     assert_eq!(holders["app"].replica, "r1");
-    let fenced = s.fenced(gate1.clone());
+    let fenced = s.fenced(r1.gate.clone());
     fenced
         .commit(vec![put(
             cm("a", json!({"by": "r1"})),
@@ -231,8 +253,8 @@ async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
         .await
         .unwrap();
     // r1 stops (its lease is revoked) and r2 takes the app.
-    stop1.send(true).unwrap();
-    t1.await.unwrap();
+    r1.stop.send(true).unwrap();
+    r1.task.await.unwrap();
     assert!(
         fenced
             .commit(vec![put(cm("a", json!({"by": "r1"})), Precondition::Any)])
@@ -240,14 +262,8 @@ async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
             .is_err(),
         "a closed gate refuses writes"
     );
-    let (_stop2, stop2_rx) = tokio::sync::watch::channel(false);
-    let r2 = Replicas::new(&s, "r2", Duration::from_secs(2), vec!["app".into()]);
-    let mut gate2 = r2.gate("app").unwrap();
-    let _t2 = tokio::spawn(r2.run(stop2_rx));
-    tokio::time::timeout(Duration::from_secs(10), gate2.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap();
+    let mut r2 = start_replica(&s, "r2");
+    opened(&mut r2.gate).await;
     // A paused r1 that never noticed still holds its old fence: etcd refuses its write.
     let (_keep, stale) = tokio::sync::watch::channel(Some(fence));
     let err = s
@@ -263,7 +279,7 @@ async fn a_replica_that_lost_an_apps_lease_cannot_write_for_it() {
         s.get(&key("a")).await.unwrap().unwrap().get("data"),
         Some(&json!({"by": "r1"}))
     );
-    let fenced2 = s.fenced(gate2);
+    let fenced2 = s.fenced(r2.gate.clone());
     fenced2
         .commit(vec![put(cm("a", json!({"by": "r2"})), Precondition::Any)])
         .await
@@ -503,6 +519,7 @@ fn the_agent_rides_out_an_etcd_outage_and_catches_up_without_a_restart() {
                     .as_str()
                     .unwrap_or("")
                     .contains(&format!("etcd at {}", p.endpoint()))
+                && body["apps"][0]["name"] == "web"
         },
     );
     assert!(
@@ -608,7 +625,6 @@ fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica
     for (_, mut c) in agents {
         kill(&mut c);
     }
-    let _ = p.endpoint();
 }
 
 fn openssl(dir: &std::path::Path, args: &[&str]) {
@@ -798,31 +814,23 @@ async fn the_store_signs_in_with_an_etcd_user_and_password() {
 async fn a_second_replica_with_the_same_name_takes_nothing() {
     let server = start_etcd(&[]).await;
     let s = store(&server, "/dup", 128).await;
-    let (_stop1, rx1) = tokio::sync::watch::channel(false);
-    let first = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
-    let mut gate1 = first.gate("app").unwrap();
-    let coordinated1 = first.coordinated();
-    let _t1 = tokio::spawn(first.run(rx1));
-    tokio::time::timeout(Duration::from_secs(10), gate1.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap();
-    let (_stop2, rx2) = tokio::sync::watch::channel(false);
-    let second = Replicas::new(&s, "same", Duration::from_secs(2), vec!["app".into()]);
-    let mut gate2 = second.gate("app").unwrap();
-    let coordinated2 = second.coordinated();
-    let _t2 = tokio::spawn(second.run(rx2));
+    let mut first = start_replica(&s, "same");
+    opened(&mut first.gate).await;
+    let mut second = start_replica(&s, "same");
     // Several keep-alive passes later the second still holds nothing.
-    let opened =
-        tokio::time::timeout(Duration::from_secs(4), gate2.wait_for(Option::is_some)).await;
+    let opened = tokio::time::timeout(
+        Duration::from_secs(4),
+        second.gate.wait_for(Option::is_some),
+    )
+    .await;
     assert!(
         opened.is_err(),
         "two replicas named alike both took the app"
     );
-    assert!(gate1.borrow().is_some(), "the first keeps it");
+    assert!(first.gate.borrow().is_some(), "the first keeps it");
     // The first knows who holds what; the second never could, so its agent is not ready.
-    assert!(*coordinated1.borrow());
-    assert!(!*coordinated2.borrow());
+    assert!(*first.coordinated.borrow());
+    assert!(!*second.coordinated.borrow());
 }
 
 #[test]
@@ -832,14 +840,7 @@ fn an_agent_started_while_etcd_is_down_answers_health_checks_and_joins_when_it_c
     server.kill();
     let mut agent = p.agent("early");
     let addr = p.addr("early");
-    let health = |path: &str| {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).unwrap();
-        raw[9..12].parse::<u16>().unwrap()
-    };
+    let health = |path: &str| http_get(&addr, path).0;
     assert_eq!(
         health("/healthz"),
         200,
