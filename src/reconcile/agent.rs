@@ -411,6 +411,7 @@ impl AppLoop {
             self.app.announce().await;
         }
         let mut holding = gate.is_none();
+        let mut published: Option<u64> = None;
         let mut next_fetch = Instant::now();
         let mut last_requested: Option<Instant> = None;
         loop {
@@ -489,7 +490,11 @@ impl AppLoop {
             let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
             let (delay, _report) = self.app.reconcile(trigger).await;
             self.readiness.done(self.app.name());
-            self.latest.publish(self.app.status());
+            // Copy the status (it holds every object) only when it changed.
+            if published != Some(self.app.status_changes()) {
+                self.latest.publish(self.app.status());
+                published = Some(self.app.status_changes());
+            }
             if fetch || self.app.failing() {
                 next_fetch = Instant::now() + delay;
             }

@@ -82,6 +82,9 @@ pub struct App {
     self_writes: HashMap<ObjectKey, u64>,
     status: AppStatus,
     written: Option<AppStatus>,
+    /// How many times the status differed from the record written (whether or not the write
+    /// took): lets a watcher copy the status only when it changed.
+    status_changes: u64,
     backoff: Backoff,
     source_message: Option<String>,
     /// Commit statuses, when the app has a `status` section.
@@ -186,6 +189,7 @@ impl App {
             self_writes: HashMap::new(),
             status,
             written,
+            status_changes: 0,
             backoff,
             source_message: None,
             windows,
@@ -250,6 +254,13 @@ impl App {
     /// The status as last computed.
     pub fn status(&self) -> &AppStatus {
         &self.status
+    }
+
+    /// A counter that moves whenever the computed status differs from the record written
+    /// (also when writing it failed): a copy of [`App::status`] taken at the same count is
+    /// still current.
+    pub fn status_changes(&self) -> u64 {
+        self.status_changes
     }
 
     /// True when a change of `key` at store revision `revision` concerns this app and is not
@@ -1489,6 +1500,7 @@ impl App {
         {
             return;
         }
+        self.status_changes += 1;
         match status::write(self.store.as_ref(), &self.status).await {
             Ok(()) => {
                 self.written = Some(self.status.clone());
