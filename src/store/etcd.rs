@@ -32,7 +32,9 @@
 //! reconciling `app`, attached to that replica's etcd lease, and `<prefix>/_replicas/<replica>`
 //! says a replica is alive and which apps it runs. See [`Replicas`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1127,20 +1129,25 @@ impl Replicas {
         let store = &self.store;
         let mut lease = store.client.lease_client();
         let mut kv = store.kv();
-        let alive = match *current {
-            Some(id) => {
-                store
-                    .timed("lease", lease.time_to_live(id, None))
-                    .await?
-                    .ttl()
-                    > 0
-            }
-            None => false,
+        // Taken before the first request: the lease lives at least `ttl` past any moment
+        // before the server granted or renewed it.
+        let started = tokio::time::Instant::now();
+        let remaining = match *current {
+            Some(id) => store
+                .timed("lease", lease.time_to_live(id, None))
+                .await?
+                .ttl(),
+            None => 0,
         };
-        let id = match *current {
-            Some(id) if alive => {
+        let (id, mut acked_sent) = match *current {
+            Some(id) if remaining > 0 => {
                 tracing::info!(replica = %self.name, lease = format_args!("{id:x}"), "Replica lease still alive; keeping it");
-                id
+                // Expires `remaining` seconds after `started` at the latest, as if renewed at
+                // this instant.
+                let renewed = (started + Duration::from_secs(remaining as u64))
+                    .checked_sub(self.ttl)
+                    .unwrap_or(started);
+                (id, renewed.min(started))
             }
             _ => {
                 let granted = store
@@ -1148,7 +1155,7 @@ impl Replicas {
                     .await?;
                 let id = granted.id();
                 tracing::info!(replica = %self.name, lease = format_args!("{id:x}"), ttl_seconds = self.ttl.as_secs(), "Replica lease granted");
-                id
+                (id, started)
             }
         };
         *current = Some(id);
@@ -1193,42 +1200,73 @@ impl Replicas {
             )
             .await?;
         let beat = self.ttl / 3;
-        let mut last_ack = tokio::time::Instant::now();
-        let mut memory = PassMemory::default();
+        // When each keep-alive still unanswered was sent, oldest first (etcd answers them in
+        // order on the stream).
+        let mut unanswered: VecDeque<tokio::time::Instant> = VecDeque::new();
         let mut tick = tokio::time::interval(beat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A pass runs beside the keep-alives, never in their way: a slow pass (three etcd
+        // round trips on a loaded machine) must not hold back the keep-alive or the reading of
+        // its answers, or a live lease would look lost. The pass owns the memory while it runs.
+        let mut memory = Some(PassMemory::default());
+        let mut running: Option<Pin<Box<dyn Future<Output = PassDone> + Send + '_>>> = None;
+        let mut again = false;
         let result = loop {
+            if running.is_none()
+                && again
+                && let Some(mut m) = memory.take()
+            {
+                again = false;
+                running = Some(Box::pin(async move {
+                    let r = self.pass(id, &mut m).await;
+                    (m, r)
+                }));
+            }
             tokio::select! {
+                biased;
                 _ = shutdown.changed() => break Ok(()),
-                _ = tick.tick() => {
-                    if let Err(e) = store.timed("lease", keeper.keep_alive()).await {
-                        tracing::warn!(error = %e, "Lease keep-alive not sent");
-                    }
-                    if last_ack.elapsed() > self.ttl * 2 / 3 {
-                        break Err(failed("lease", format!("no keep-alive answer for {:?}", last_ack.elapsed())));
-                    }
-                    if let Err(e) = self.pass(id, &mut memory).await {
-                        tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
-                    }
-                }
                 ack = acks.message() => match ack {
-                    Ok(Some(a)) if a.ttl() > 0 => last_ack = tokio::time::Instant::now(),
+                    Ok(Some(a)) if a.ttl() > 0 => {
+                        if let Some(sent) = unanswered.pop_front() {
+                            acked_sent = acked_sent.max(sent);
+                        }
+                    }
                     Ok(Some(_)) => break Err(failed("lease", "the lease expired".into())),
                     Ok(None) => break Err(failed("lease", "etcd ended the keep-alive stream".into())),
                     Err(e) => break Err(store.etcd_err("lease", e)),
                 },
                 change = changes.message() => match change {
                     Ok(Some(resp)) => {
-                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete)
-                            && let Err(e) = self.pass(id, &mut memory).await {
-                                tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
-                            }
+                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            again = true;
+                        }
                     }
                     Ok(None) => break Err(failed("lease", "etcd ended the watch of the leases".into())),
                     Err(e) => break Err(store.etcd_err("lease", e)),
                 },
+                (m, r) = async { running.as_mut().expect("guarded").await }, if running.is_some() => {
+                    running = None;
+                    memory = Some(m);
+                    if let Err(e) = r {
+                        tracing::warn!(error = %chain(&e), "Taking apps failed; trying again");
+                    }
+                }
+                _ = tick.tick() => {
+                    let now = tokio::time::Instant::now();
+                    match store.timed("lease", keeper.keep_alive()).await {
+                        Ok(()) => unanswered.push_back(now),
+                        Err(e) => tracing::warn!(error = %e, "Lease keep-alive not sent"),
+                    }
+                    // Let go of the apps well before the lease could expire at the server
+                    // (writes are fenced in any case).
+                    if acked_sent.elapsed() > self.ttl * 2 / 3 {
+                        break Err(failed("lease", format!("no keep-alive answered for {:?}; the lease may be about to expire", acked_sent.elapsed())));
+                    }
+                    again = true;
+                }
             }
         };
+        drop(running);
         self.drop_all();
         if result.is_ok() {
             // Give the apps back at once rather than after the TTL.
@@ -1347,6 +1385,9 @@ impl Replicas {
         Ok(())
     }
 }
+
+/// A finished pass: the memory it had, and what came of it.
+type PassDone = (PassMemory, Result<()>);
 
 /// A transaction that creates `key` with `value` under `lease` only if it is absent.
 fn create_under_lease(key: &str, value: &[u8], lease: i64) -> Txn {
