@@ -21,6 +21,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A fresh directory for an etcd member's data: in memory (`/dev/shm`) when the machine has
+/// it. etcd fsyncs its WAL on every write; on a disk still flushing a cold build's gigabytes,
+/// one fsync can stall for seconds, longer than the 2 s leases the replica tests use, and the
+/// tests would measure the disk rather than driftless. A test member keeps nothing worth a disk.
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::Builder::new()
+            .prefix("driftless-etcd")
+            .tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
+}
+
 /// One etcd member on loopback.
 pub struct EtcdServer {
     pub client_port: u16,
@@ -43,7 +59,7 @@ impl EtcdServer {
         let mut s = EtcdServer {
             client_port: free_port(),
             peer_port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
+            dir: data_dir(),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             scheme: if extra.iter().any(|f| f.starts_with("--cert-file")) {
