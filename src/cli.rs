@@ -331,21 +331,17 @@ pub async fn open_etcd(cfg: &Loaded) -> anyhow::Result<crate::store::etcd::EtcdS
     let tls = match &e.tls {
         None => None,
         Some(t) => {
-            let ca =
-                match &t.ca {
-                    Some(p) => Some(std::fs::read(p).with_context(|| {
-                        format!("store.etcd.tls.ca: cannot read {}", p.display())
-                    })?),
-                    None => None,
-                };
+            let ca = match &t.ca {
+                Some(p) => Some(pem_certificates(p, "store.etcd.tls.ca")?),
+                None => None,
+            };
             let identity = match (&t.cert, &t.key) {
-                (Some(c), Some(_)) => Some((
-                    std::fs::read(c).with_context(|| {
-                        format!("store.etcd.tls.cert: cannot read {}", c.display())
-                    })?,
-                    read_optional(cfg, t.key.as_ref(), "store.etcd.tls.key")?
-                        .context("store.etcd.tls.key is empty")?,
-                )),
+                (Some(c), Some(_)) => {
+                    let key = read_optional(cfg, t.key.as_ref(), "store.etcd.tls.key")?
+                        .context("store.etcd.tls.key is empty")?;
+                    pem_private_key(&key, "store.etcd.tls.key")?;
+                    Some((pem_certificates(c, "store.etcd.tls.cert")?, key))
+                }
                 _ => None,
             };
             Some(Tls { ca, identity })
@@ -366,6 +362,48 @@ pub async fn open_etcd(cfg: &Loaded) -> anyhow::Result<crate::store::etcd::EtcdS
     EtcdStore::connect(opts)
         .await
         .context("cannot set up the etcd client (store.etcd)")
+}
+
+/// Reads a PEM file of one or more certificates (`-----BEGIN CERTIFICATE-----`), for
+/// `field`, checking that it parses before the client is built: a wrong file then fails the
+/// start naming the field and the file, rather than every connection later.
+///
+/// # Errors
+///
+/// The file cannot be read, is not PEM, or holds no certificate.
+#[cfg(feature = "etcd")]
+fn pem_certificates(path: &std::path::Path, field: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let bytes =
+        std::fs::read(path).with_context(|| format!("{field}: cannot read {}", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{field}: {} is not valid PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!(
+            "{field}: {} holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// Checks that `key` is one PEM private key (PKCS#8, PKCS#1 or SEC1), for `field`.
+///
+/// # Errors
+///
+/// When it holds no private key or is not PEM; the message never shows the key.
+#[cfg(feature = "etcd")]
+fn pem_private_key(key: &SecretString, field: &str) -> anyhow::Result<()> {
+    use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
+    use secrecy::ExposeSecret as _;
+    PrivateKeyDer::from_pem_slice(key.expose_secret().as_bytes())
+        .map(drop)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{field}: not a PEM private key (`-----BEGIN PRIVATE KEY-----`, RSA or EC): {e}"
+            )
+        })
 }
 
 /// The store each app writes through: the shared one, or (with etcd replicas) one fenced by

@@ -766,6 +766,52 @@ async fn the_store_reaches_etcd_over_tls_with_a_client_certificate() {
         refused.is_err(),
         "a client without a certificate is refused"
     );
+    // A wrong file is named at start, before any connection: a key given as the CA, a
+    // certificate given as the key, text that is not PEM.
+    std::fs::write(certs.path().join("garbage.pem"), "not a certificate\n").unwrap();
+    for (tls, field, file) in [
+        (
+            format!("    tls: {{ca: {}}}\n", at("client.key")),
+            "store.etcd.tls.ca",
+            "client.key",
+        ),
+        (
+            format!("    tls: {{ca: {}}}\n", at("garbage.pem")),
+            "store.etcd.tls.ca",
+            "garbage.pem",
+        ),
+        (
+            format!(
+                "    tls: {{ca: {}, cert: {}, key: {{file: {}}}}}\n",
+                at("ca.pem"),
+                at("garbage.pem"),
+                at("client.key")
+            ),
+            "store.etcd.tls.cert",
+            "garbage.pem",
+        ),
+        (
+            format!(
+                "    tls: {{ca: {}, cert: {}, key: {{file: {}}}}}\n",
+                at("ca.pem"),
+                at("client.pem"),
+                at("client.pem")
+            ),
+            "store.etcd.tls.key",
+            "",
+        ),
+    ] {
+        let err = match driftless::cli::open_etcd(&write_config(&tls)).await {
+            Ok(_) => panic!("{field} {file}: opened"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(err.starts_with(&format!("{field}: ")), "{err}");
+        assert!(err.contains(file), "{err}");
+        assert!(
+            !err.contains("PRIVATE KEY-----\n"),
+            "no key material: {err}"
+        );
+    }
 }
 
 #[tokio::test]
