@@ -1033,6 +1033,9 @@ pub struct Replicas {
     gates: HashMap<String, watch::Sender<Option<Fence>>>,
     /// True once a pass has succeeded: this replica knows who holds what.
     coordinated: watch::Sender<bool>,
+    /// Tests only: how long each pass waits before its first request, to play a slow etcd.
+    #[cfg(test)]
+    pass_delay: Duration,
 }
 
 impl Replicas {
@@ -1050,6 +1053,8 @@ impl Replicas {
             apps,
             gates,
             coordinated: watch::channel(false).0,
+            #[cfg(test)]
+            pass_delay: Duration::ZERO,
         }
     }
 
@@ -1281,6 +1286,8 @@ impl Replicas {
     /// free apps (see `plan_pass`), clear stale lease keys, and give back at most one app per
     /// keep-alive interval when another replica that can run it holds two fewer.
     async fn pass(&self, lease: i64, memory: &mut PassMemory) -> Result<()> {
+        #[cfg(test)]
+        tokio::time::sleep(self.pass_delay).await;
         let store = &self.store;
         let mut kv = store.kv();
         let registered = store
@@ -1529,6 +1536,110 @@ fn plan_pass(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A single-member etcd on loopback with its data in memory, killed on drop; `None`
+    /// (the test says so and returns) only when no `etcd` binary is installed, as when the
+    /// lib's tests run without the CI's packages.
+    struct LocalEtcd {
+        child: std::process::Child,
+        endpoint: String,
+        _dir: tempfile::TempDir,
+    }
+
+    impl LocalEtcd {
+        fn start() -> Option<Self> {
+            let port = || {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            };
+            let (client, peer) = (
+                format!("http://127.0.0.1:{}", port()),
+                format!("http://127.0.0.1:{}", port()),
+            );
+            let dir = tempfile::Builder::new()
+                .tempdir_in("/dev/shm")
+                .or_else(|_| tempfile::tempdir())
+                .unwrap();
+            let child = std::process::Command::new("etcd")
+                .arg("--data-dir")
+                .arg(dir.path().join("data"))
+                .args(["--listen-client-urls", &client])
+                .args(["--advertise-client-urls", &client])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &format!("default={peer}")])
+                .args(["--log-level", "warn"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()?;
+            Some(Self {
+                child,
+                endpoint: client,
+                _dir: dir,
+            })
+        }
+    }
+
+    impl Drop for LocalEtcd {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_pass_does_not_hold_back_the_lease_keep_alive() {
+        let Some(etcd) = LocalEtcd::start() else {
+            assert!(
+                std::env::var_os("DRIFTLESS_TEST_ETCD").is_none(),
+                "CI installs etcd; it must be on PATH"
+            );
+            eprintln!("no etcd binary: skipped");
+            return;
+        };
+        let store = loop {
+            let s = EtcdStore::connect(Options {
+                endpoints: vec![etcd.endpoint.clone()],
+                prefix: "/slow".into(),
+                request_timeout: Duration::from_secs(2),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            if s.get(&ObjectKey::new("", "ConfigMap", "d", "x"))
+                .await
+                .is_ok()
+            {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        // Every pass takes longer than the 2 s lease: if the keep-alives waited for it, the
+        // lease would expire at the server and the app would be dropped.
+        let mut r = Replicas::new(&store, "slow", Duration::from_secs(2), vec!["app".into()]);
+        r.pass_delay = Duration::from_millis(2500);
+        let mut gate = r.gate("app").unwrap();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(r.run(rx));
+        tokio::time::timeout(Duration::from_secs(15), gate.wait_for(Option::is_some))
+            .await
+            .expect("taken once the first pass ends")
+            .unwrap();
+        let held =
+            tokio::time::timeout(Duration::from_secs(8), gate.wait_for(Option::is_none)).await;
+        assert!(
+            held.is_err(),
+            "the app was dropped while its lease was kept alive"
+        );
+        let h = holders(&store).await.unwrap();
+        assert_eq!(h["app"].replica, "slow");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
 
     #[test]
     fn keys_carry_group_kind_namespace_and_name_and_read_back() {
