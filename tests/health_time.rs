@@ -186,19 +186,57 @@ fn periodic_syncs_respect_a_fights_hold() {
     env.wait("first sync", Duration::from_secs(30), || {
         env.get("configmap", "a").is_some()
     });
+    // Keep changing it back until the agent holds off, then 4 s more: over the first hold
+    // (2 s) and into the second (6 s), with a poll every second.
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(4) {
+    let mut held_at: Option<Instant> = None;
+    while held_at.is_none_or(|t| t.elapsed() < Duration::from_secs(4)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no hold after 2 min of fighting:\n{}",
+            env.log()
+        );
         env.put(&configmap("a", &[("k", "theirs")]));
         std::thread::sleep(Duration::from_millis(100));
+        if held_at.is_none() && env.log().contains("holding the next revert") {
+            held_at = Some(Instant::now());
+        }
     }
     let (_, log) = agent.stop();
+    // A poll after a hold ended may revert (the hold is over); none may while it lasts. The
+    // hold starts at its log line and lasts the `hold=` it names; the 300 ms spare covers the
+    // time between starting the hold and logging it.
+    let at = |line: &str| {
+        humantime::parse_rfc3339(line.split_whitespace().next().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let holds: Vec<(std::time::SystemTime, Duration)> = log
+        .lines()
+        .filter(|l| l.contains("holding the next revert"))
+        .map(|l| {
+            let hold = l
+                .split("hold=")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap();
+            (at(l), humantime::parse_duration(hold).unwrap())
+        })
+        .collect();
     let periodic_reverts: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("Applied") && l.contains("updated=1"))
+        .filter(|l| {
+            let t = at(l);
+            holds
+                .iter()
+                .any(|(h, d)| t > *h && t + Duration::from_millis(300) < *h + *d)
+        })
         .collect();
     assert!(
         periodic_reverts.is_empty(),
-        "polls reverted a held object: {periodic_reverts:?}"
+        "polls reverted a held object: {periodic_reverts:?}\n{log}"
     );
     assert!(log.contains("holding the next revert"), "{log}");
     assert!(log.matches("Drift reverted").count() >= 3, "{log}");
