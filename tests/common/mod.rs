@@ -480,12 +480,18 @@ impl Env {
     }
 
     /// The running agent's HTTP address, from its log (`addr=127.0.0.1:PORT`).
+    ///
+    /// Waits for the full server (`Agent started; HTTP server listening`): until the store
+    /// answers, the same address serves only `/healthz`, and answers 503 in plain text to
+    /// everything else.
     pub fn http_addr(&self) -> String {
         let mut found = None;
         self.wait("the HTTP server", Duration::from_secs(30), || {
             found = self
                 .log()
-                .split_whitespace()
+                .lines()
+                .filter(|l| l.contains("HTTP server listening"))
+                .flat_map(str::split_whitespace)
                 .find_map(|w| w.strip_prefix("addr=").map(str::to_string));
             found.is_some()
         });
