@@ -189,15 +189,24 @@ pub struct WebhookSecrets {
 }
 
 /// The server of an agent still waiting for its store at start: `/healthz` answers `ok` (the
-/// process is alive) and everything else 503 `waiting for the store`.
+/// process is alive) and everything else 503 `waiting for the store`: under `/api/` and
+/// `/webhooks/` as JSON (`{"error": "...", "apps": []}`, the shape of the store-down answer),
+/// elsewhere as text. A push announced by a webhook refused then is not lost: every app
+/// fetches when the agent starts.
 pub fn waiting_router() -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .fallback(|| async {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "waiting for the store (see the log)\n",
-            )
+        .fallback(|uri: axum::http::Uri| async move {
+            const WHY: &str = "waiting for the store (see the log)";
+            // The API and the webhooks answer JSON, as they do once the store answers.
+            if uri.path().starts_with("/api/") || uri.path().starts_with("/webhooks/") {
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "error": WHY, "apps": [] }),
+                )
+            } else {
+                (StatusCode::SERVICE_UNAVAILABLE, format!("{WHY}\n")).into_response()
+            }
         })
 }
 

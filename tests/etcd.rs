@@ -893,6 +893,14 @@ fn an_agent_started_while_etcd_is_down_answers_health_checks_and_joins_when_it_c
         "alive: a liveness probe must not kill it"
     );
     assert_eq!(health("/readyz"), 503, "not ready before the store answers");
+    // The API answers in its own shape meanwhile: JSON with the reason.
+    let (code, body) = http_get(&addr, "/api/v1/apps");
+    assert_eq!(code, 503);
+    assert_eq!(
+        body["error"], "waiting for the store (see the log)",
+        "{body}"
+    );
+    assert_eq!(body["apps"], serde_json::json!([]));
     server.resume();
     wait_for(
         "the first sync once etcd is up",
