@@ -33,8 +33,10 @@ async fn store(server: &EtcdServer, prefix: &str, max_txn_ops: usize) -> EtcdSto
     .unwrap()
 }
 
-/// A running replica of `apps` named `name` with a 2 s lease: its stop switch, the gate of
-/// `app`, whether it coordinates yet, and its task.
+/// A running replica of `app` named `name`: its stop switch, the gate of `app`, whether it
+/// coordinates yet, and its task. Its lease lasts 10 s: these tests stop replicas (which
+/// revokes the lease) rather than wait for one to expire, and a replica sharing the test's one
+/// thread with a 2 MB value's serialization on a loaded machine must not miss its keep-alives.
 struct RunningReplica {
     stop: tokio::sync::watch::Sender<bool>,
     gate: driftless::reconcile::Gate,
@@ -44,7 +46,7 @@ struct RunningReplica {
 
 fn start_replica(s: &EtcdStore, name: &str) -> RunningReplica {
     let (stop, rx) = tokio::sync::watch::channel(false);
-    let r = Replicas::new(s, name, Duration::from_secs(2), vec!["app".into()]);
+    let r = Replicas::new(s, name, Duration::from_secs(10), vec!["app".into()]);
     RunningReplica {
         stop,
         gate: r.gate("app").unwrap(),
@@ -863,7 +865,7 @@ async fn a_second_replica_with_the_same_name_takes_nothing() {
     let mut first = start_replica(&s, "same");
     opened(&mut first.gate).await;
     let mut second = start_replica(&s, "same");
-    // Several keep-alive passes later the second still holds nothing.
+    // After its retries (1 s, then 2 s later) the second still holds nothing.
     let opened = tokio::time::timeout(
         Duration::from_secs(4),
         second.gate.wait_for(Option::is_some),
