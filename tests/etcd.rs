@@ -393,16 +393,18 @@ impl Project {
         std::fs::read_to_string(self.log_path(replica)).unwrap_or_default()
     }
 
-    fn agent(&self, replica: &str) -> Child {
+    fn agent(&self, replica: &str) -> Running {
         let log = std::fs::File::create(self.log_path(replica)).unwrap();
-        self.cmd()
-            .arg("run")
-            .env("DRIFTLESS_REPLICA", replica)
-            .env("RUST_LOG", "info,driftless=debug")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("agent starts")
+        Running(
+            self.cmd()
+                .arg("run")
+                .env("DRIFTLESS_REPLICA", replica)
+                .env("RUST_LOG", "info,driftless=debug")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("agent starts"),
+        )
     }
 
     /// The `data.k` of a live ConfigMap, `None` when absent or unreadable.
@@ -490,6 +492,28 @@ fn http_get(addr: &str, path: &str) -> (u16, Value) {
     (code, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
+/// A running agent process, killed when dropped, so a failing test leaves none behind.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        kill(&mut self.0);
+    }
+}
+
 fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -554,7 +578,7 @@ fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica
     let server = EtcdServer::start();
     let apps = ["one", "two", "three"];
     let p = Project::new(&server.endpoint(), &apps, "1h");
-    let mut agents: BTreeMap<&str, Child> = BTreeMap::new();
+    let mut agents: BTreeMap<&str, Running> = BTreeMap::new();
     agents.insert("r1", p.agent("r1"));
     wait_for("r1 to apply every app", Duration::from_secs(60), || {
         apps.iter()
