@@ -394,7 +394,12 @@ impl Project {
     }
 
     fn agent(&self, replica: &str) -> Running {
-        let log = std::fs::File::create(self.log_path(replica)).unwrap();
+        self.agent_logging_to(replica, replica)
+    }
+
+    /// An agent named `replica` whose log is `<log>.log` (two agents may share a name).
+    fn agent_logging_to(&self, replica: &str, log: &str) -> Running {
+        let log = std::fs::File::create(self.log_path(log)).unwrap();
         Running(
             self.cmd()
                 .arg("run")
@@ -594,6 +599,25 @@ fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica
         held.sort();
         held == ["r1", "r2", "r3"]
     });
+    // A fourth agent reusing r1's name takes nothing and never reports ready, while r1 does.
+    let mut twin = p.agent_logging_to("r1", "r1-twin");
+    let twin_addr = p.addr("r1-twin");
+    let r1_addr = p.addr("r1");
+    wait_for("r1 ready", Duration::from_secs(30), || {
+        http_get(&r1_addr, "/readyz").0 == 200
+    });
+    wait_for(
+        "the twin to see the name taken",
+        Duration::from_secs(30),
+        || p.log("r1-twin").contains("replica names must be unique"),
+    );
+    assert_eq!(
+        http_get(&twin_addr, "/readyz").0,
+        503,
+        "{}",
+        p.log("r1-twin")
+    );
+    kill(&mut twin);
     // Drift on `one` is reverted once, by its holder alone.
     let holder_of_one = holders["one"].clone().unwrap();
     p.put("one-cm", "drift");
