@@ -137,6 +137,11 @@ fn check_pod(objects: &BTreeMap<String, Vec<Object>>) -> Value {
 }
 
 /// The driftless config in the ConfigMap, validated by driftless itself.
+/// The kinds rendered, in order.
+fn kinds(objects: &BTreeMap<String, Vec<Object>>) -> Vec<&str> {
+    objects.keys().map(String::as_str).collect()
+}
+
 fn check_config(objects: &BTreeMap<String, Vec<Object>>) -> driftless::config::Loaded {
     let cm = serde_json::Value::Object(objects["ConfigMap"][0].as_map().clone());
     let text = cm["data"]["driftless.yaml"].as_str().unwrap();
@@ -149,9 +154,8 @@ fn the_default_values_render_one_agent_on_sqlite_with_a_volume() {
     let r = render(&[], None);
     assert_clean(&r);
     let objects = r.objects();
-    let kinds: Vec<&str> = objects.keys().map(String::as_str).collect();
     assert_eq!(
-        kinds,
+        kinds(&objects),
         [
             "ConfigMap",
             "Deployment",
@@ -185,9 +189,8 @@ fn etcd_replicas_with_webhooks_render_without_inlining_a_secret() {
     let r = render(&["charts/driftless/tests/etcd-webhooks.values.yaml"], None);
     assert_clean(&r);
     let objects = r.objects();
-    let kinds: Vec<&str> = objects.keys().map(String::as_str).collect();
     assert_eq!(
-        kinds,
+        kinds(&objects),
         [
             "ConfigMap",
             "Deployment",
