@@ -677,80 +677,11 @@ fn replicas_share_the_apps_revert_drift_once_and_take_over_from_a_killed_replica
     }
 }
 
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        common::stderr(&out)
-    );
-}
-
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, made with `openssl`.
 fn certificates(dir: &std::path::Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-    ]);
-    openssl(dir, &ca);
-    for (name, usage) in [
-        (
-            "server",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
-        ),
-        ("client", "extendedKeyUsage=clientAuth"),
-    ] {
-        let (key, csr, pem, ext) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("{name}.ext"),
-        );
-        std::fs::write(dir.join(&ext), usage).unwrap();
-        let mut req = vec!["req"];
-        req.extend(ec);
-        req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=driftless-test"]);
-        openssl(dir, &req);
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
+    let pki = common::pki::Pki::new(dir);
+    pki.server("server");
+    pki.client("client", "/CN=driftless-test");
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! A real etcd server for the tests: the `etcd` binary (Debian's `etcd-server`) on free loopback
+//! A real etcd server for the tests: the `etcd` 3.6 binary `scripts/test` builds, on free loopback
 //! ports with its own data folder, stopped and started again at will.
 
 use std::net::TcpListener;
@@ -13,6 +13,10 @@ pub fn shared_endpoint() -> Option<String> {
         .filter(|s| !s.trim().is_empty())
 }
 
+/// A fresh directory for an etcd member's data: in memory (`/dev/shm`) when the machine has
+/// it. etcd fsyncs its WAL on every write; on a disk still flushing a cold build's gigabytes,
+/// one fsync can stall for seconds, longer than the 2 s leases the replica tests use, and the
+/// tests would measure the disk rather than driftless. A test member keeps nothing worth a disk.
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -21,10 +25,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A fresh directory for an etcd member's data: in memory (`/dev/shm`) when the machine has
-/// it. etcd fsyncs its WAL on every write; on a disk still flushing a cold build's gigabytes,
-/// one fsync can stall for seconds, longer than the 2 s leases the replica tests use, and the
-/// tests would measure the disk rather than driftless. A test member keeps nothing worth a disk.
 fn data_dir() -> tempfile::TempDir {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir()
@@ -165,11 +165,12 @@ fn health(port: u16) -> bool {
     body.contains("\"health\":\"true\"")
 }
 
-/// The etcd binary: `ETCD_BIN`, else `etcd` on the PATH. Fails the test when there is none:
-/// a missing server must not turn into a skipped test.
+/// The etcd binary: `ETCD_BIN` (which `scripts/test` sets to the etcd 3.6 it builds from
+/// `tools/etcd`), else `etcd` on the PATH. Fails the test when there is none: a missing server
+/// must not turn into a skipped test. (Self-contained: the benchmark includes this file alone.)
 pub fn which_etcd() -> String {
-    if let Ok(b) = std::env::var("ETCD_BIN") {
-        return b;
+    if let Some(b) = std::env::var_os("ETCD_BIN").filter(|b| !b.is_empty()) {
+        return b.to_string_lossy().into_owned();
     }
     for dir in std::env::var("PATH").unwrap_or_default().split(':') {
         let p = std::path::Path::new(dir).join("etcd");
@@ -178,6 +179,7 @@ pub fn which_etcd() -> String {
         }
     }
     panic!(
-        "no `etcd` binary on the PATH: install it (Debian: `apt-get install etcd-server`) or set ETCD_BIN"
+        "no `etcd` binary: run the tests through `scripts/test`, which builds etcd 3.6 from \
+         tools/etcd and sets ETCD_BIN, or set ETCD_BIN"
     );
 }
