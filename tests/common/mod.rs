@@ -2,15 +2,48 @@
 #![allow(dead_code)]
 
 pub mod comments;
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub mod etcd;
+#[cfg(feature = "kubernetes")]
+pub mod kube;
 pub mod objects;
+pub mod pki;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+/// A program the tests need: the path in the environment variable `env` (which `scripts/test`
+/// sets to the binary it built from the pinned Go modules under `tools/`), else `name` on the
+/// PATH. Panics when there is neither: a missing tool fails the test, it never skips it.
+pub fn tool(env: &str, name: &str) -> String {
+    if let Some(b) = std::env::var_os(env).filter(|b| !b.is_empty()) {
+        let b = PathBuf::from(b);
+        assert!(b.is_file(), "{env}={} is not a file", b.display());
+        return b.to_string_lossy().into_owned();
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    panic!(
+        "no `{name}`: run the tests through `scripts/test`, which builds it from tools/ and sets \
+         {env}, or set {env} to a {name} binary"
+    );
+}
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 /// A Git repository in a temporary folder, driven with the real `git` command.
 pub struct GitRepo {
