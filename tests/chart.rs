@@ -1,14 +1,16 @@
-//! The Helm chart (`charts/driftless`), linted and rendered with Helm's own engine: the PyPI
-//! package helm-python-sdk, which carries Helm's Go SDK (`charts/driftless/tests/render.py`
-//! drives it). Checks the kinds, probes and security context of what it renders, that the
-//! config in the ConfigMap passes driftless's own config validation, that no secret value is
-//! inlined, and that bad values are refused. Also: every example config in `config/` loads.
+//! The Helm chart (`charts/driftless`), linted and rendered by the real `helm` binary (the one
+//! `scripts/test` builds from `tools/helm`, `HELM_BIN`): `helm lint --strict`, and
+//! `helm install --dry-run=client -o json`, which renders the templates and NOTES.txt as an
+//! install would, with no cluster. Checks the kinds, probes and security context of what it
+//! renders, that the config in the ConfigMap passes driftless's own config validation, that no
+//! secret value is inlined, and that bad values are refused. Also: every example config in
+//! `config/` loads.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use driftless::object::Object;
 use serde_json::{Value, json};
@@ -18,9 +20,13 @@ fn root() -> PathBuf {
 }
 
 struct Rendered {
-    lint: Value,
-    schema_error: Option<String>,
-    render_error: Option<String>,
+    /// `helm lint --strict`'s exit status and output.
+    lint: (bool, String),
+    /// Why `helm install --dry-run` refused the values (a schema violation, a `fail` in a
+    /// template), when it did.
+    error: Option<String>,
+    /// Each rendered template by its path (`driftless/templates/deployment.yaml`), NOTES.txt
+    /// included.
     manifests: BTreeMap<String, String>,
 }
 
@@ -49,48 +55,103 @@ impl Rendered {
     }
 }
 
-/// Renders the chart with these values files and `--set-json` values.
+/// Runs `helm` with its own empty config, cache and data folders and no cluster, so that
+/// nothing of the machine's Helm setup or kubeconfig is read.
+fn helm(home: &Path, args: &[String]) -> Output {
+    let bin = common::tool("HELM_BIN", "helm");
+    Command::new(&bin)
+        .args(args)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env("KUBECONFIG", home.join("no-kubeconfig"))
+        .output()
+        .unwrap_or_else(|e| panic!("{bin} runs: {e}"))
+}
+
+/// Splits `helm`'s manifest stream into its templates at the `# Source: <path>` line Helm
+/// puts before each document.
+fn by_source(manifest: &str) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in manifest.lines() {
+        if let Some(path) = line.strip_prefix("# Source: ") {
+            current = Some(path.trim().to_string());
+            continue;
+        }
+        if let Some(path) = &current {
+            let text = out.entry(path.clone()).or_default();
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    out
+}
+
+/// Lints and renders the chart with these values files and `--set-json` values.
 fn render(values: &[&str], set: Option<Value>) -> Rendered {
-    let script = root().join("charts/driftless/tests/render.py");
-    let mut cmd = Command::new("python3");
-    cmd.arg(&script);
+    let home = tempfile::tempdir().unwrap();
+    let chart = root().join("charts/driftless").display().to_string();
+    let mut extra = Vec::new();
     for v in values {
-        cmd.arg(root().join(v));
+        extra.push("-f".to_string());
+        extra.push(root().join(v).display().to_string());
     }
     if let Some(s) = set {
-        cmd.arg("--set-json").arg(s.to_string());
+        extra.push("--set-json".to_string());
+        extra.push(s.to_string());
     }
-    let out = cmd.output().expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "render.py failed (is helm-python-sdk installed? `pip install helm-python-sdk`): {}",
-        common::stderr(&out)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut lint = vec!["lint".to_string(), "--strict".to_string(), chart.clone()];
+    lint.extend(extra.iter().cloned());
+    let lint = helm(home.path(), &lint);
+    let mut install: Vec<String> = [
+        "install",
+        "rel",
+        &chart,
+        "--namespace",
+        "gitops",
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    install.extend(extra);
+    let out = helm(home.path(), &install);
+    let (error, manifests) = if out.status.success() {
+        let release: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("helm install -o json: {e}: {}", common::stderr(&out)));
+        let mut manifests = by_source(release["manifest"].as_str().unwrap_or_default());
+        if let Some(notes) = release["info"]["notes"].as_str() {
+            manifests.insert("driftless/templates/NOTES.txt".into(), notes.into());
+        }
+        (None, manifests)
+    } else {
+        (Some(common::stderr(&out)), BTreeMap::new())
+    };
     Rendered {
-        lint: v["lint"].clone(),
-        schema_error: v["schema_error"].as_str().map(str::to_string),
-        render_error: v["render_error"].as_str().map(str::to_string),
-        manifests: serde_json::from_value(v["manifests"].clone()).unwrap(),
+        lint: (
+            lint.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&lint.stdout),
+                common::stderr(&lint)
+            ),
+        ),
+        error,
+        manifests,
     }
 }
 
 fn assert_clean(r: &Rendered) {
-    assert_eq!(
-        r.lint["errors"],
-        json!([]),
-        "helm lint --strict: {}",
-        r.lint
+    let (ok, output) = &r.lint;
+    assert!(*ok, "helm lint --strict: {output}");
+    assert!(
+        !output.contains("[WARNING]") && !output.contains("[ERROR]"),
+        "lint warnings or errors: {output}"
     );
-    let bad: Vec<&Value> = r.lint["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["severity"].as_i64().unwrap_or(0) >= 2)
-        .collect();
-    assert!(bad.is_empty(), "lint warnings or errors: {bad:?}");
-    assert_eq!(r.schema_error, None);
-    assert_eq!(r.render_error, None);
+    assert_eq!(r.error, None);
 }
 
 fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
@@ -259,46 +320,32 @@ fn etcd_replicas_with_webhooks_render_without_inlining_a_secret() {
 
 #[test]
 fn bad_values_are_refused_with_the_reason() {
-    let typo = render(&[], Some(json!({"replicaCout": 2})));
-    assert!(
-        typo.schema_error
-            .as_deref()
-            .is_some_and(|e| e.contains("replicaCout")),
-        "{:?}",
-        typo.schema_error
+    let refused = |set: Value, says: &[&str]| {
+        let r = render(&[], Some(set.clone()));
+        let error = r
+            .error
+            .unwrap_or_else(|| panic!("{set} is accepted: {:?}", r.manifests.keys()));
+        for s in says {
+            assert!(error.contains(s), "{set}: {s:?} not in: {error}");
+        }
+    };
+    refused(json!({"replicaCout": 2}), &["schema", "replicaCout"]);
+    refused(
+        json!({"replicaCount": "three"}),
+        &["schema", "/replicaCount"],
     );
-    let wrong_type = render(&[], Some(json!({"replicaCount": "three"})));
-    assert!(
-        wrong_type
-            .schema_error
-            .as_deref()
-            .is_some_and(|e| e.contains("/replicaCount")),
-        "{:?}",
-        wrong_type.schema_error
+    refused(
+        json!({"replicaCount": 2}),
+        &["replicaCount > 1 needs etcd.enabled"],
     );
-    let two_on_sqlite = render(&[], Some(json!({"replicaCount": 2})));
-    assert!(
-        two_on_sqlite
-            .render_error
-            .as_deref()
-            .is_some_and(|e| e.contains("replicaCount > 1 needs etcd.enabled")),
-        "{:?}",
-        two_on_sqlite.render_error
+    refused(
+        json!({"server": {"tokenKey": "sync-token"}}),
+        &["needs existingSecret"],
     );
-    let secret_without_secret = render(&[], Some(json!({"server": {"tokenKey": "sync-token"}})));
-    assert!(
-        secret_without_secret
-            .render_error
-            .as_deref()
-            .is_some_and(|e| e.contains("needs existingSecret")),
-        "{:?}",
-        secret_without_secret.render_error
+    refused(
+        json!({"apps": [{"name": "Not_A_Label", "source": {"repo": "x"}}]}),
+        &["schema", "/apps/0/name"],
     );
-    let bad_app = render(
-        &[],
-        Some(json!({"apps": [{"name": "Not_A_Label", "source": {"repo": "x"}}]})),
-    );
-    assert!(bad_app.schema_error.is_some());
 }
 
 #[test]
