@@ -1,4 +1,4 @@
-//! The command line (DESIGN.md section 7): `run`, `sync`, `diff`, `status`, `validate` and
+//! The command line (ARCHITECTURE.md section 7): `run`, `sync`, `diff`, `status`, `validate` and
 //! `store list|get|put|delete`, with the exit statuses the design gives.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,7 +56,7 @@ pub enum LogFormat {
 pub enum StatusFormat {
     /// A table.
     Table,
-    /// The JSON of DESIGN.md section 7.
+    /// The JSON of ARCHITECTURE.md section 7.
     Json,
 }
 

@@ -1,4 +1,4 @@
-//! The config file (`driftless.yaml`): types, defaults and validation (DESIGN.md section 7).
+//! The config file (`driftless.yaml`): types, defaults and validation (ARCHITECTURE.md section 7).
 //!
 //! Unknown keys and bad values are errors naming the file, line and column. Relative paths in
 //! the file (the store, the cache, local repositories) are resolved against the folder that

@@ -1,4 +1,4 @@
-//! Diff: normalize, compare, three-way merge, and plan (DESIGN.md section 6).
+//! Diff: normalize, compare, three-way merge, and plan (ARCHITECTURE.md section 6).
 //!
 //! Git owns the fields it declares. [`merge`] writes the declared fields onto the live object and
 //! keeps everything else (status, server defaults, other writers' fields); it removes a field only

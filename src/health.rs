@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::object::Object;
 
-/// Health of one object or of an app. Ordered from best to worst as DESIGN.md section 2 gives
+/// Health of one object or of an app. Ordered from best to worst as ARCHITECTURE.md section 2 gives
 /// it: Healthy < Suspended < Progressing < Missing < Degraded < Unknown, so the app's health is
 /// the maximum of its objects'.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

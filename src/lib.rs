@@ -1,6 +1,6 @@
 //! driftless: a GitOps sync agent.
 //!
-//! One reconcile of one app is a pipeline (DESIGN.md section 3):
+//! One reconcile of one app is a pipeline (ARCHITECTURE.md section 3):
 //! [`source`] (fetch, read the tree) → [`manifest`] (files → objects + diagnostics) →
 //! [`diff`] (desired × live × inventory → plan) → [`sync`] (apply the plan to the [`store`]) →
 //! [`health`] → [`status`] (conditions, the record). [`reconcile`] runs it whenever something may

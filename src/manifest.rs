@@ -1,6 +1,6 @@
 //! Manifests: file bytes → objects and diagnostics (file, line, column).
 //!
-//! The rules are those of DESIGN.md section 5. YAML is read by `serde-saphyr` (YAML 1.2 core
+//! The rules are those of ARCHITECTURE.md section 5. YAML is read by `serde-saphyr` (YAML 1.2 core
 //! schema, duplicate keys rejected, `<<` merge keys applied, alias expansion under a budget)
 //! into a tree that remembers where each node came from, so every diagnostic names a line and
 //! column. JSON files go through the same parser (JSON is YAML 1.2), which gives them the same
@@ -253,7 +253,7 @@ pub struct FileResult {
 /// How strictly a file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
-    /// Declarations from Git: every rule of DESIGN.md section 5; a duplicate key is an error.
+    /// Declarations from Git: every rule of ARCHITECTURE.md section 5; a duplicate key is an error.
     #[default]
     Git,
     /// Objects as a cluster or a store dumped them (`driftless health -f`, `diff --live`):

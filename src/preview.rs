@@ -7,7 +7,7 @@
 //! third-party tools for this; here the agent does it). Its record lives in the store under
 //! the reserved API group (kind `Preview`, namespace = the app, name = the pull request's
 //! number), so the HTTP server of any process can show it. The record holds no secret value:
-//! the diff and the changes are masked as everywhere else (DESIGN.md section 6).
+//! the diff and the changes are masked as everywhere else (ARCHITECTURE.md section 6).
 
 use std::collections::BTreeMap;
 

@@ -7,7 +7,7 @@
 //! (provider, commit, context), so a slow or failing Git host never delays a sync and never
 //! receives stale states.
 //!
-//! States and descriptions follow DESIGN.md section 7: `pending` while a revision is applied
+//! States and descriptions follow ARCHITECTURE.md section 7: `pending` while a revision is applied
 //! or objects are not ready, `success` only when synced and healthy, `failure` when degraded,
 //! `error` when a revision cannot be parsed or applied or the source fails. Descriptions are
 //! cut to 140 characters and contexts to 255, on character boundaries.

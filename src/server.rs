@@ -6,7 +6,7 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 once the store answers and every app finished its first reconcile, else 503 saying what is missing |
 //! | `GET /metrics` | Prometheus (OpenMetrics) text, see [`crate::metrics`] |
-//! | `GET /api/v1/apps`, `GET /api/v1/apps/{name}` | the status JSON of DESIGN.md section 7 (404 for an unknown app) |
+//! | `GET /api/v1/apps`, `GET /api/v1/apps/{name}` | the status JSON of ARCHITECTURE.md section 7 (404 for an unknown app) |
 //! | `POST /api/v1/apps/{name}/sync` | `Authorization: Bearer <server.token>`: 202 and an immediate fetch and reconcile; 401 without a valid token; 404 for an unknown app |
 //! | `POST /webhooks/github`, `/webhooks/gitea`, `/webhooks/gitlab` | a verified push for an app's repository and ref: 200 and an immediate fetch of those apps; a bad or missing signature: 401; other events: 202, ignored; bodies over 1 MiB: 413; a host without a configured secret: 404 |
 //! | `GET /`, `GET /apps/{name}` | HTML status pages (the `target_url` of commit statuses) |

@@ -6,7 +6,7 @@
 //! the tree objects of a commit; nothing is checked out. git2 is blocking, so every call runs
 //! in `spawn_blocking`, and one fetch per cache runs at a time.
 //!
-//! Symlinks (DESIGN.md section 5): a link is followed only when its target, resolved against
+//! Symlinks (ARCHITECTURE.md section 5): a link is followed only when its target, resolved against
 //! the link's folder, stays inside the repository; any other link is an error diagnostic for the
 //! link's path, and its target is never read.
 

@@ -1,4 +1,4 @@
-//! The app status record: what the agent found, in the JSON shape of DESIGN.md section 7.
+//! The app status record: what the agent found, in the JSON shape of ARCHITECTURE.md section 7.
 //!
 //! The agent keeps one `AppStatus` record per app in the store under the reserved API group
 //! (`driftless.io/v1`, kind `AppStatus`, cluster-scoped, named after the app), so

@@ -1,4 +1,4 @@
-//! The target store: the [`Store`] trait (DESIGN.md section 4) and its backends.
+//! The target store: the [`Store`] trait (ARCHITECTURE.md section 4) and its backends.
 //!
 //! Every backend gives etcd's model: one store revision that only grows; each committed
 //! transaction gets the next revision and every object it writes carries
