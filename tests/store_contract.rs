@@ -1,4 +1,4 @@
-//! The store contract of DESIGN.md section 4, run against every backend: memory, SQLite and,
+//! The store contract of ARCHITECTURE.md section 4, run against every backend: memory, SQLite and,
 //! with the `etcd` feature, a real etcd server (the one `.ci/run` starts, named by
 //! `DRIFTLESS_TEST_ETCD`, else one started for each test). Revisions are checked relative to
 //! the store's revision when the test began, since etcd's revision counts the whole cluster.
