@@ -8,8 +8,14 @@
 //!
 //! The inventory is the record of what this app applied: per object, the declaration as it was
 //! last applied. It is the basis of pruning (only inventory objects are ever deleted) and of the
-//! three-way diff. An object in another app's inventory is not applied here: it is reported as
-//! an ownership conflict on this app, never fought over.
+//! three-way diff. An object another app owns is not applied here: it is reported as an
+//! ownership conflict on this app, never fought over, and never pruned.
+//!
+//! Who owns what is one record every claimant writes, the [`Ownership`] index: a sync that
+//! claims objects new to its app, or releases objects, rewrites it with compare-and-swap in the
+//! transaction of its inventory. Two apps claiming one object at once cannot both win: the
+//! second commit fails its compare, plans again, and finds the object owned. (A claim must not
+//! hang on writing the object: an object that is already as declared is not written.)
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -163,31 +169,123 @@ impl Inventory {
     }
 }
 
-/// Which app owns each key, from every inventory in the store but `except`'s.
-///
-/// # Errors
-///
-/// [`Error::Store`], [`Error::Inventory`].
-pub async fn other_owners(store: &dyn Store, except: &str) -> Result<BTreeMap<ObjectKey, String>> {
-    let listing = store
-        .list(&Selector {
-            group: Some(RESERVED_GROUP.into()),
-            kind: Some(INVENTORY_KIND.into()),
-            namespace: None,
-        })
-        .await
-        .map_err(Error::Store)?;
-    let mut owners = BTreeMap::new();
-    for (key, obj) in listing.objects {
-        if key.name == except {
-            continue;
-        }
-        let inv = Inventory::from_record(&key.name, obj)?;
-        for k in inv.entries.into_keys() {
-            owners.entry(k).or_insert_with(|| key.name.clone());
-        }
+/// Kind of the ownership index record (one record, named [`OWNERSHIP_NAME`]).
+pub const OWNERSHIP_KIND: &str = "Ownership";
+/// Name of the ownership index record.
+pub const OWNERSHIP_NAME: &str = "objects";
+
+/// The ownership index: every object some app owns, and that app. Stored as one record in the
+/// reserved group (`spec.owners: [[group, kind, namespace, name, app], ...]`) that every
+/// claimant rewrites with compare-and-swap; see the module documentation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ownership {
+    /// Owner app by object key.
+    pub owners: BTreeMap<ObjectKey, String>,
+    /// resourceVersion of the stored record; `None` when there is none yet (the index is then
+    /// built from the inventories and created by the first sync that claims or releases).
+    pub resource_version: Option<u64>,
+}
+
+impl Ownership {
+    /// The key of the index record.
+    pub fn record_key() -> ObjectKey {
+        ObjectKey::new(RESERVED_GROUP, OWNERSHIP_KIND, "", OWNERSHIP_NAME)
     }
-    Ok(owners)
+
+    /// The record to store.
+    pub fn to_record(&self) -> Object {
+        let owners: Vec<Value> = self
+            .owners
+            .iter()
+            .map(|(k, app)| {
+                Value::Array(
+                    [&k.group, &k.kind, &k.namespace, &k.name, app]
+                        .into_iter()
+                        .map(|s| Value::String(s.clone()))
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut spec = Map::new();
+        spec.insert("owners".into(), Value::Array(owners));
+        let mut body = Map::new();
+        body.insert("spec".into(), Value::Object(spec));
+        Object::reserved(OWNERSHIP_KIND, OWNERSHIP_NAME, body)
+    }
+
+    /// Reads the record back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inventory`] (app `*`) when an entry is not five strings.
+    pub fn from_record(obj: &Object) -> Result<Self> {
+        let bad = |why: String| Error::Inventory {
+            app: "*".into(),
+            source: why.into(),
+        };
+        let mut owners = BTreeMap::new();
+        let list = obj
+            .get("spec")
+            .and_then(|s| s.get("owners"))
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("the ownership index has no spec.owners list".into()))?;
+        for entry in list {
+            let parts: Vec<&str> = entry
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let [group, kind, namespace, name, app] = parts[..] else {
+                return Err(bad(format!("ownership entry {entry} is not five strings")));
+            };
+            owners.insert(
+                ObjectKey::new(group, kind, namespace, name),
+                app.to_string(),
+            );
+        }
+        Ok(Self {
+            owners,
+            resource_version: obj.resource_version(),
+        })
+    }
+
+    /// Reads the index; when the store has none yet (written before it existed), builds it
+    /// from every inventory (an object two inventories list goes to the first app by name).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`], [`Error::Inventory`].
+    pub async fn load(store: &dyn Store) -> Result<Self> {
+        if let Some(obj) = store.get(&Self::record_key()).await.map_err(Error::Store)? {
+            return Self::from_record(&obj);
+        }
+        let listing = store
+            .list(&Selector {
+                group: Some(RESERVED_GROUP.into()),
+                kind: Some(INVENTORY_KIND.into()),
+                namespace: None,
+            })
+            .await
+            .map_err(Error::Store)?;
+        let mut owners = BTreeMap::new();
+        for (key, obj) in listing.objects {
+            let inv = Inventory::from_record(&key.name, obj)?;
+            for k in inv.entries.into_keys() {
+                owners.entry(k).or_insert_with(|| key.name.clone());
+            }
+        }
+        Ok(Self {
+            owners,
+            resource_version: None,
+        })
+    }
+
+    /// The owner of `key` when it is an app other than `app`.
+    pub fn other_owner(&self, key: &ObjectKey, app: &str) -> Option<&str> {
+        self.owners
+            .get(key)
+            .map(String::as_str)
+            .filter(|owner| *owner != app)
+    }
 }
 
 /// What to sync.
@@ -303,18 +401,22 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             .collect(),
         None => inventory.entries.iter().collect(),
     };
-    // Other apps' inventories matter only for keys this app does not own yet. An object this
-    // app already owns stays its own even if another inventory lists it too.
+    // The ownership index matters only for keys this app does not own yet, and for prunes. An
+    // object this app already owns stays its own even if the index names another app (two
+    // inventories could list one object before the index existed; the index settles it for
+    // claims and prunes).
     let mut conflicts = BTreeMap::new();
+    let mut ownership: Option<Ownership> = None;
     if desired.keys().any(|k| !inventory.entries.contains_key(*k)) {
-        let owners = other_owners(store, req.app).await?;
-        desired.retain(|k, _| match owners.get(*k) {
+        let index = Ownership::load(store).await?;
+        desired.retain(|k, _| match index.other_owner(k, req.app) {
             Some(owner) if !inventory.entries.contains_key(*k) => {
-                conflicts.insert((*k).clone(), owner.clone());
+                conflicts.insert((*k).clone(), owner.to_string());
                 false
             }
             _ => true,
         });
+        ownership = Some(index);
     }
     let keys: Vec<ObjectKey> = desired
         .keys()
@@ -364,13 +466,26 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
                 }
             }
             Action::Delete => {
-                if step.skipped.is_none() {
-                    writes.push(Write::Delete {
-                        key: step.key.clone(),
-                        precondition: Precondition::matching(step.live.as_ref()),
-                    });
-                    updates.push((step.key.clone(), None));
+                if step.skipped.is_some() {
+                    continue;
                 }
+                if ownership.is_none() {
+                    ownership = Some(Ownership::load(store).await?);
+                }
+                let owner = ownership
+                    .as_ref()
+                    .and_then(|o| o.other_owner(&step.key, req.app));
+                if let Some(owner) = owner {
+                    // Another app owns it: never deleted from here; this app lets go of it.
+                    step.skipped = Some(format!("owned by app {owner}, which declares it"));
+                    updates.push((step.key.clone(), None));
+                    continue;
+                }
+                writes.push(Write::Delete {
+                    key: step.key.clone(),
+                    precondition: Precondition::matching(step.live.as_ref()),
+                });
+                updates.push((step.key.clone(), None));
             }
         }
     }
@@ -424,6 +539,45 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
                 None => Precondition::Absent,
             },
         });
+        // Claims and releases go into the index in the same transaction, compared and swapped:
+        // a concurrent claimant's commit makes this one fail and plan again.
+        let claims_or_releases = next
+            .entries
+            .keys()
+            .any(|k| !inventory.entries.contains_key(k))
+            || inventory
+                .entries
+                .keys()
+                .any(|k| !next.entries.contains_key(k));
+        if claims_or_releases {
+            let mut index = match ownership.take() {
+                Some(o) => o,
+                None => Ownership::load(store).await?,
+            };
+            let before = index.clone();
+            for k in next.entries.keys() {
+                index
+                    .owners
+                    .entry(k.clone())
+                    .or_insert_with(|| req.app.to_string());
+            }
+            for k in inventory.entries.keys() {
+                if !next.entries.contains_key(k)
+                    && index.owners.get(k).is_some_and(|o| o == req.app)
+                {
+                    index.owners.remove(k);
+                }
+            }
+            if index != before || index.resource_version.is_none() {
+                writes.push(Write::Put {
+                    object: index.to_record(),
+                    precondition: match index.resource_version {
+                        Some(rv) => Precondition::ResourceVersion(rv),
+                        None => Precondition::Absent,
+                    },
+                });
+            }
+        }
     }
     let committed = store.commit(writes).await.map_err(Error::Store)?;
     let mut next = match next {
@@ -435,7 +589,9 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
     for obj in committed.stored {
         let key = obj.key();
         if key.is_reserved() {
-            if let Some(n) = &mut next {
+            if key == Inventory::record_key(req.app)
+                && let Some(n) = &mut next
+            {
                 n.resource_version = obj.resource_version();
             }
             continue;
@@ -593,6 +749,176 @@ mod tests {
                 .unwrap()
                 .entries
                 .contains_key(&cm("own", "").key())
+        );
+    }
+
+    /// A store whose first `n` commits wait for each other: every sync has read and planned
+    /// before any of them commits, the worst interleaving two processes can have.
+    struct Lockstep {
+        inner: MemoryStore,
+        barrier: tokio::sync::Barrier,
+        left: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Lockstep {
+        async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
+            self.inner.get(k).await
+        }
+        async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
+            self.inner.version_of(k).await
+        }
+        async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
+            self.inner.get_many(k).await
+        }
+        async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
+            self.inner.list(s).await
+        }
+        async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
+            if self
+                .left
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+            {
+                self.barrier.wait().await;
+            }
+            self.inner.commit(w).await
+        }
+        async fn revision(&self) -> store::Result<u64> {
+            self.inner.revision().await
+        }
+        async fn watch(&self, from: u64) -> store::Result<store::Watch> {
+            self.inner.watch(from).await
+        }
+        fn backend(&self) -> &'static str {
+            "lockstep"
+        }
+    }
+
+    #[tokio::test]
+    async fn two_apps_claiming_one_object_at_once_never_both_own_it() {
+        let store = Lockstep {
+            inner: MemoryStore::new(),
+            barrier: tokio::sync::Barrier::new(2),
+            left: 2.into(),
+        };
+        // The shared object is already live as both declare it: an unchanged object is not
+        // written, so only the claim itself can decide.
+        store
+            .inner
+            .commit(vec![Write::Put {
+                object: cm("shared", "same"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        let rev = Revision("r".into());
+        let (a_set, b_set) = (
+            set(&[cm("shared", "same"), cm("a-own", "1")]),
+            set(&[cm("shared", "same"), cm("b-own", "1")]),
+        );
+        let (req_a, req_b) = (req("a", &rev, &a_set), req("b", &rev, &b_set));
+        let (a, b) = tokio::join!(sync(&store, &req_a), sync(&store, &req_b));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let key = cm("shared", "").key();
+        let inv_a = Inventory::load(&store, "a").await.unwrap();
+        let inv_b = Inventory::load(&store, "b").await.unwrap();
+        let owners = [
+            inv_a.entries.contains_key(&key),
+            inv_b.entries.contains_key(&key),
+        ];
+        assert_eq!(
+            owners.iter().filter(|o| **o).count(),
+            1,
+            "exactly one inventory owns it: {owners:?}"
+        );
+        let loser = if owners[0] { &b } else { &a };
+        assert_eq!(
+            loser.conflicts.len(),
+            1,
+            "the other app reports the conflict"
+        );
+        assert_eq!(
+            loser.retries, 1,
+            "its claim failed the compare and was planned again"
+        );
+        let index = Ownership::load(&store).await.unwrap();
+        assert_eq!(
+            index.owners.get(&key).map(String::as_str),
+            Some(if owners[0] { "a" } else { "b" })
+        );
+        assert!(index.resource_version.is_some(), "the index is stored");
+    }
+
+    #[tokio::test]
+    async fn an_object_another_app_owns_is_never_pruned() {
+        // Two inventories listing one object, as an older store could hold: the index (built
+        // from the inventories, first app by name) gives it to `a`.
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        let shared = cm("shared", "same");
+        for app in ["a", "b"] {
+            let inv = Inventory {
+                app: app.into(),
+                revision: Some(rev.clone()),
+                source: Some("test".into()),
+                entries: set(std::slice::from_ref(&shared)),
+                resource_version: None,
+            };
+            store
+                .commit(vec![
+                    Write::Put {
+                        object: inv.to_record(),
+                        precondition: Precondition::Absent,
+                    },
+                    Write::Put {
+                        object: shared.clone(),
+                        precondition: Precondition::Any,
+                    },
+                ])
+                .await
+                .unwrap();
+        }
+        // `b` drops it from Git: not deleted, since `a` owns it; `b` lets go of it.
+        let out = sync(&store, &req("b", &rev, &set(&[cm("other", "1")])))
+            .await
+            .unwrap();
+        let step = out
+            .plan
+            .steps
+            .iter()
+            .find(|s| s.key == shared.key())
+            .unwrap();
+        assert_eq!(step.action, Action::Delete);
+        assert_eq!(
+            step.skipped.as_deref(),
+            Some("owned by app a, which declares it")
+        );
+        assert!(store.get(&shared.key()).await.unwrap().is_some(), "kept");
+        assert!(
+            !Inventory::load(&store, "b")
+                .await
+                .unwrap()
+                .entries
+                .contains_key(&shared.key())
+        );
+        // `a` drops it: a prune like any other, and the index lets it go.
+        sync(&store, &req("a", &rev, &set(&[cm("a-own", "1")])))
+            .await
+            .unwrap();
+        assert!(
+            store.get(&shared.key()).await.unwrap().is_none(),
+            "pruned by its owner"
+        );
+        let index = Ownership::load(&store).await.unwrap();
+        assert!(!index.owners.contains_key(&shared.key()));
+        assert_eq!(
+            index.owners.get(&cm("a-own", "").key()).map(String::as_str),
+            Some("a")
         );
     }
 
