@@ -894,3 +894,43 @@ fn an_agent_started_while_etcd_is_down_answers_health_checks_and_joins_when_it_c
     assert!(agent.try_wait().unwrap().is_none());
     kill(&mut agent);
 }
+
+#[test]
+fn until_a_new_revision_is_applied_whole_drift_is_reverted_to_the_one_applied() {
+    // A server that takes requests of at most 64 KiB: a sync of small objects goes in, one
+    // with a 200 KB object is refused whole.
+    let server = EtcdServer::start_with(&["--max-request-bytes=65536"]);
+    let p = Project::new(&server.endpoint(), &["web"], "1s");
+    let mut agent = p.agent("only");
+    wait_for("the first sync", Duration::from_secs(60), || {
+        p.value("web-cm").as_deref() == Some("1")
+    });
+    // A new commit whose sync fails before it writes anything: it changes web-cm and adds an
+    // object larger than the server takes in one request.
+    p.repo
+        .write("web/cm.yaml", configmap("web-cm", &[("k", "2")]))
+        .write(
+            "web/huge.yaml",
+            configmap("huge", &[("k", &"x".repeat(200_000))]),
+        );
+    p.repo.commit("second, too large to apply");
+    wait_for(
+        "the sync of the new commit to fail",
+        Duration::from_secs(60),
+        || p.log("only").contains("Sync failed"),
+    );
+    // Drift now: web-cm is deleted behind Git's back. It comes back as the revision applied
+    // whole has it, not as the commit that could not be applied.
+    let out = p
+        .cmd()
+        .args(["store", "delete", "configmap", "web-cm"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    wait_for("web-cm to be recreated", Duration::from_secs(30), || {
+        p.value("web-cm").is_some()
+    });
+    assert_eq!(p.value("web-cm").as_deref(), Some("1"), "{}", p.log("only"));
+    assert!(p.value("huge").is_none());
+    kill(&mut agent);
+}

@@ -102,6 +102,10 @@ pub struct App {
     /// Objects another writer keeps changing back, and the reverts held for them.
     fights: Fights,
     held_keys: BTreeSet<ObjectKey>,
+    /// The start of the gap a revert closed last, while a fight is on: the gap reopened by the
+    /// other writer keeps that start, so a persistent fight grows one gap (and `staleAfter`
+    /// fires) instead of a new one after every brief revert.
+    fight_gap_start: Option<String>,
     /// When the app started converging without having converged since.
     progressing_since: Option<std::time::SystemTime>,
     /// Each file of the newest tree parsed, by (path, blob id).
@@ -196,6 +200,7 @@ impl App {
             window_state: None,
             manual: false,
             fights: Fights::default(),
+            fight_gap_start: None,
             held_keys: BTreeSet::new(),
             progressing_since,
             parsed: HashMap::new(),
@@ -663,7 +668,12 @@ impl App {
         }
         let files = match self
             .git
-            .read(&repo, &revision, &self.cfg.source.path.value)
+            .read(
+                &repo,
+                &revision,
+                &self.cfg.source.path.value,
+                self.cfg.source.limits.limits(),
+            )
             .await
         {
             Ok(f) => f,
@@ -842,11 +852,33 @@ impl App {
             self.dry_run || !self.may_apply() || (!self.cfg.sync.self_heal && !new_revision);
         // Objects being fought over wait for their hold to end in every pass, periodic ones
         // included; a new revision is applied whole (a commit is a deliberate change).
+        // Until a revision is applied whole, drift is reverted to what was applied (the
+        // inventory's last-applied copies), never to the pending revision: a failed sync of a
+        // new commit must not leak into the store one revert at a time.
+        let applied_copies: Option<BTreeMap<ObjectKey, Object>> = match (scope, new_revision) {
+            (Some(scope), true) => {
+                let Some(inv) = self.inventory.as_ref().filter(|i| i.revision.is_some()) else {
+                    return Ok(()); // nothing applied whole yet: nothing to revert to
+                };
+                Some(
+                    scope
+                        .iter()
+                        .filter_map(|k| inv.entries.get(k).map(|o| (k.clone(), o.clone())))
+                        .collect(),
+                )
+            }
+            _ => None,
+        };
+        let reverting = applied_copies.is_some();
+        let desired = applied_copies.as_ref().unwrap_or(&in_force.desired);
+        let revision = match (reverting, self.inventory.as_ref()) {
+            (true, Some(inv)) => inv.revision.clone().unwrap_or(in_force.revision.clone()),
+            _ => in_force.revision.clone(),
+        };
         let now = std::time::Instant::now();
-        let hold: Option<BTreeSet<ObjectKey>> = (!new_revision)
+        let hold: Option<BTreeSet<ObjectKey>> = (!new_revision || reverting)
             .then(|| {
-                in_force
-                    .desired
+                desired
                     .keys()
                     .filter(|k| self.fights.held(k, now))
                     .cloned()
@@ -858,9 +890,9 @@ impl App {
         }
         let request = sync::Request {
             app: self.name(),
-            revision: &in_force.revision,
+            revision: &revision,
             source: &in_force.source,
-            desired: &in_force.desired,
+            desired,
             scope,
             options: PlanOptions {
                 prune: self.cfg.sync.prune,
@@ -1109,11 +1141,22 @@ impl App {
         } else {
             health::worst(s.resources.iter().map(|r| r.health))
         };
+        let fighting = !self.fights.active().is_empty();
+        if !fighting {
+            self.fight_gap_start = None;
+        }
         match s.sync {
-            SyncStatus::Synced => s.out_of_sync_since = None,
+            SyncStatus::Synced => {
+                if let Some(start) = s.out_of_sync_since.take()
+                    && fighting
+                {
+                    self.fight_gap_start.get_or_insert(start);
+                }
+            }
             _ => {
                 if s.out_of_sync_since.is_none() {
-                    s.out_of_sync_since = Some(now.clone());
+                    s.out_of_sync_since =
+                        Some(self.fight_gap_start.clone().unwrap_or_else(|| now.clone()));
                 }
             }
         }
@@ -1170,10 +1213,13 @@ impl App {
         // an age in it would be stale the moment after.
         let since = s.progressing_since.clone().unwrap_or_default();
 
+        // What the store is held to: the revision applied whole (the inventory's), not a newer
+        // one whose sync failed.
         let enforcing = self
-            .in_force
+            .applied
             .as_ref()
-            .map(|f| format!("; enforcing {}", f.revision.short()))
+            .or(self.in_force.as_ref().map(|f| &f.revision))
+            .map(|r| format!("; enforcing {}", r.short()))
             .unwrap_or_default();
         let (ready, reason, message) = if let Some(Problem::Source { message, .. }) = &self.problem
         {
