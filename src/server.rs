@@ -41,28 +41,58 @@ pub const MAX_WEBHOOK_BODY: usize = 1 << 20;
 /// Most connections the server holds open at once; further clients wait in the kernel's
 /// accept queue until one closes.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Most connections one client address holds open at once; a further one is closed at once. A
+/// single client (a slowloris attack) can then take at most this share of
+/// [`MAX_CONNECTIONS`], and probes from elsewhere (a kubelet's `/healthz`) still get in.
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 32;
 /// A connection on which nothing is read or written for this long is closed (a client that
 /// sends half a request and stops, or an idle keep-alive connection).
 pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A request must be sent whole (head and body) within this long of its first byte, however
+/// steadily it trickles in: the idle timer alone restarts at every byte, so one header line a
+/// second would hold a connection forever.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A TCP listener that holds at most `max` connections open and closes idle ones, so that
-/// clients that open connections and never finish a request cannot use up the process's file
-/// descriptors. Serve it with [`axum::serve`].
+/// A TCP listener that holds at most `max` connections open (at most
+/// [`MAX_CONNECTIONS_PER_CLIENT`] from one address), closes idle ones, and closes those whose
+/// request takes longer than [`REQUEST_TIMEOUT`] to arrive, so that clients that open
+/// connections and never finish a request cannot use up the process's file descriptors or
+/// starve other clients. Serve it with [`axum::serve`].
 #[derive(Debug)]
 pub struct GuardedListener {
     inner: tokio::net::TcpListener,
     permits: Arc<tokio::sync::Semaphore>,
     idle: std::time::Duration,
+    request_timeout: std::time::Duration,
+    per_client: usize,
+    clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
 }
 
 impl GuardedListener {
-    /// Wraps `inner` with a limit of `max` open connections and an idle timeout of `idle`.
+    /// Wraps `inner` with a limit of `max` open connections and an idle timeout of `idle`;
+    /// [`MAX_CONNECTIONS_PER_CLIENT`] and [`REQUEST_TIMEOUT`] unless changed with
+    /// [`GuardedListener::with_client_limits`].
     pub fn new(inner: tokio::net::TcpListener, max: usize, idle: std::time::Duration) -> Self {
         Self {
             inner,
             permits: Arc::new(tokio::sync::Semaphore::new(max)),
             idle,
+            request_timeout: REQUEST_TIMEOUT,
+            per_client: MAX_CONNECTIONS_PER_CLIENT,
+            clients: Arc::default(),
         }
+    }
+
+    /// Sets the most connections one address may hold and the time a request may take to
+    /// arrive.
+    pub fn with_client_limits(
+        mut self,
+        per_client: usize,
+        request_timeout: std::time::Duration,
+    ) -> Self {
+        self.per_client = per_client;
+        self.request_timeout = request_timeout;
+        self
     }
 }
 
@@ -71,20 +101,29 @@ impl axum::serve::Listener for GuardedListener {
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        let io = GuardedIo {
-            io,
-            _permit: permit,
-            idle: self.idle,
-            deadline: Box::pin(tokio::time::sleep(self.idle)),
-        };
-        (io, addr)
+        loop {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+            let Some(client) = ClientSlot::take(&self.clients, addr.ip(), self.per_client) else {
+                tracing::debug!(client = %addr.ip(), "Connection refused: too many from this client");
+                continue; // dropping `io` closes it, dropping `permit` frees the slot
+            };
+            let io = GuardedIo {
+                io,
+                _permit: permit,
+                _client: client,
+                idle: self.idle,
+                deadline: Box::pin(tokio::time::sleep(self.idle)),
+                request_timeout: self.request_timeout,
+                request: None,
+            };
+            return (io, addr);
+        }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
@@ -92,14 +131,57 @@ impl axum::serve::Listener for GuardedListener {
     }
 }
 
-/// A connection of [`GuardedListener`]: holds its slot until closed, and fails with
-/// `TimedOut` after the idle timeout without traffic.
+/// One client address's hold on a connection, given back on drop.
+#[derive(Debug)]
+struct ClientSlot {
+    clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl ClientSlot {
+    fn take(
+        clients: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        max: usize,
+    ) -> Option<Self> {
+        let mut held = clients.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            clients: clients.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A connection of [`GuardedListener`]: holds its slots until closed, and fails with
+/// `TimedOut` after the idle timeout without traffic, or when a request has not been answered
+/// (the server has written nothing) within the request timeout of its first byte.
 #[derive(Debug)]
 pub struct GuardedIo {
     io: tokio::net::TcpStream,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    _client: ClientSlot,
     idle: std::time::Duration,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    request_timeout: std::time::Duration,
+    /// Running from the first byte of a request until the first byte of its answer.
+    request: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl GuardedIo {
@@ -119,13 +201,23 @@ impl GuardedIo {
                 self.deadline.as_mut().reset(next);
                 Poll::Ready(r)
             }
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "idle connection closed",
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                if self.deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "idle connection closed",
+                    )));
+                }
+                if let Some(r) = &mut self.request
+                    && r.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "request not received in time",
+                    )));
+                }
+                Poll::Pending
+            }
         }
     }
 }
@@ -136,7 +228,16 @@ impl tokio::io::AsyncRead for GuardedIo {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        self.get_mut().poll_io(cx, |io, cx| io.poll_read(cx, buf))
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = this.poll_io(cx, |io, cx| io.poll_read(cx, buf));
+        if matches!(r, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+            && this.request.is_none()
+        {
+            this.request = Some(Box::pin(tokio::time::sleep(this.request_timeout)));
+        }
+        r
     }
 }
 
@@ -146,7 +247,12 @@ impl tokio::io::AsyncWrite for GuardedIo {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        self.get_mut().poll_io(cx, |io, cx| io.poll_write(cx, buf))
+        let this = self.get_mut();
+        let r = this.poll_io(cx, |io, cx| io.poll_write(cx, buf));
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            this.request = None; // answered: the next request gets its own time
+        }
+        r
     }
 
     fn poll_flush(
@@ -683,6 +789,8 @@ fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // NUL and other control characters (terminal escapes) are never echoed.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -983,6 +1091,84 @@ mod tests {
         );
     }
 
+    /// A connection from `source` (any loopback address) to `addr`.
+    async fn connect_from(source: &str, addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_trickled_in_a_line_at_a_time_is_cut_off_at_the_request_timeout() {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let listener = GuardedListener::new(tcp, 8, std::time::Duration::from_secs(60))
+            .with_client_limits(8, std::time::Duration::from_millis(500));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let start = std::time::Instant::now();
+        // One header line every 100 ms: the 60 s idle timer never fires.
+        let mut closed = false;
+        for i in 0..100 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if c.write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                closed = true;
+                break;
+            }
+            let mut b = [0u8; 1];
+            if let Ok(Ok(0)) =
+                tokio::time::timeout(std::time::Duration::from_millis(1), c.read(&mut b)).await
+            {
+                closed = true;
+                break;
+            }
+        }
+        assert!(closed, "the trickling request was never cut off");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "cut off after {:?}",
+            start.elapsed()
+        );
+        assert!(get_root(addr).await.ends_with("ok"));
+    }
+
+    #[tokio::test]
+    async fn one_client_cannot_take_every_slot() {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let listener = GuardedListener::new(tcp, 8, std::time::Duration::from_secs(60))
+            .with_client_limits(4, std::time::Duration::from_secs(60));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        // One address opens twice the server's slots and says nothing.
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            held.push(connect_from("127.0.0.2", addr).await);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // Beyond its share, its connections are closed at once.
+        let mut refused = 0;
+        for c in &mut held {
+            let mut b = [0u8; 1];
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(std::time::Duration::from_millis(50), c.read(&mut b)).await
+            {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 12, "4 kept, 12 closed");
+        // Another client is served at once.
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(2), get_root(addr))
+            .await
+            .expect("served while the other client holds its share");
+        assert!(answer.ends_with("ok"));
+    }
+
     #[tokio::test]
     async fn connections_beyond_the_limit_wait_for_a_free_slot() {
         let addr = guarded(1, std::time::Duration::from_secs(60)).await;
@@ -1101,5 +1287,6 @@ mod tests {
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+        assert_eq!(esc("a\0b\u{1b}[31mc"), "a\u{fffd}b\u{fffd}[31mc");
     }
 }

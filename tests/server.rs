@@ -685,6 +685,8 @@ async fn a_flood_of_sync_requests_and_webhooks_makes_a_few_fetches() {
     let signature = format!("sha256={}", hex_hmac("gh-secret", body.as_bytes()));
     let mut requests = Vec::new();
     let flood = std::time::Instant::now();
+    // At most 16 in flight: one client address may hold 32 connections (a slowloris guard).
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
     for i in 0..300 {
         let req = if i % 2 == 0 {
             c.post(format!("{base}/api/v1/apps/demo/sync"))
@@ -695,7 +697,12 @@ async fn a_flood_of_sync_requests_and_webhooks_makes_a_few_fetches() {
                 .header("x-hub-signature-256", &signature)
                 .body(body.clone())
         };
-        requests.push(tokio::spawn(req.send()));
+        let permit = in_flight.clone().acquire_owned().await.unwrap();
+        requests.push(tokio::spawn(async move {
+            let r = req.send().await;
+            drop(permit);
+            r
+        }));
     }
     for r in requests {
         let status = r.await.unwrap().unwrap().status();
@@ -848,4 +855,78 @@ async fn sigterm_does_not_wait_for_a_hanging_fetch() {
     // Not a speed check: without abandoning the fetch, the stop takes the 20 s grace (and
     // before that, forever).
     assert!(took < Duration::from_secs(15), "{took:?}\n{log}");
+}
+
+/// Slowloris: 300 connections from one address, each sending one header line a second, while
+/// `/healthz` and `/readyz` are probed from another address: every probe answers within 2 s,
+/// and the attacker's connections are closed within the request timeout (10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_probes_answer_during_a_slowloris_attack() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = Env::new();
+    let (_agent, base) = start(&env);
+    let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let started = std::time::Instant::now();
+    let mut attackers = Vec::new();
+    for i in 0..300 {
+        attackers.push(tokio::spawn(async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            let Ok(mut c) = socket.connect(addr).await else {
+                return None;
+            };
+            if c.write_all(b"GET /healthz HTTP/1.1\r\n").await.is_err() {
+                return Some(std::time::Duration::ZERO);
+            }
+            let opened = std::time::Instant::now();
+            for line in 0..30 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let mut b = [0u8; 1];
+                let closed = c
+                    .write_all(format!("X-{i}-{line}: 1\r\n").as_bytes())
+                    .await
+                    .is_err()
+                    || matches!(
+                        tokio::time::timeout(Duration::from_millis(5), c.read(&mut b)).await,
+                        Ok(Ok(0) | Err(_))
+                    );
+                if closed {
+                    return Some(opened.elapsed());
+                }
+            }
+            Some(opened.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let http = client();
+    let mut slowest = Duration::ZERO;
+    while started.elapsed() < Duration::from_secs(14) {
+        for path in ["/healthz", "/readyz"] {
+            let t = std::time::Instant::now();
+            let r = tokio::time::timeout(
+                Duration::from_secs(5),
+                http.get(format!("{base}{path}")).send(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{path} did not answer within 5 s under attack"))
+            .unwrap();
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            slowest = slowest.max(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slowest probe {slowest:?}"
+    );
+    let mut held_longest = Duration::ZERO;
+    for a in attackers {
+        if let Some(d) = a.await.unwrap() {
+            held_longest = held_longest.max(d);
+        }
+    }
+    assert!(
+        held_longest < Duration::from_secs(13),
+        "an attacker's connection was held {held_longest:?}"
+    );
 }
