@@ -604,6 +604,11 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let (waited_tx, mut waited_rx) = tokio::sync::watch::channel(false);
     let early = tokio::spawn(
         async move {
+            let waiting = server::GuardedListener::new(
+                waiting,
+                server::MAX_CONNECTIONS,
+                server::IDLE_TIMEOUT,
+            );
             let _ = axum::serve(waiting, server::waiting_router())
                 .with_graceful_shutdown(async move {
                     let _ = waited_rx.changed().await;
@@ -1119,6 +1124,7 @@ async fn diff_cmd(
                 &app.source.repo.value,
                 &fetched.revision,
                 &app.source.path.value,
+                app.source.limits.limits(),
             )
             .await
             .with_context(|| format!("app {name}"))?;
@@ -1502,18 +1508,24 @@ async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<String, String>
     Ok(None)
 }
 
+/// Prints rows as aligned columns. Control characters in a cell (a newline that would forge a
+/// row, a terminal escape) are shown escaped (`\n`, `\u{1b}`), never raw.
 fn print_table<R: AsRef<[String]>>(rows: &[R]) {
     let n = rows.first().map_or(0, |r| r.as_ref().len());
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.as_ref().iter().map(|c| printable(c)).collect())
+        .collect();
     let mut widths = vec![0usize; n];
-    for r in rows {
-        for (i, c) in r.as_ref().iter().enumerate().take(n) {
+    for r in &rows {
+        for (i, c) in r.iter().enumerate().take(n) {
             widths[i] = widths[i].max(c.chars().count());
         }
     }
     let mut out = std::io::stdout().lock();
-    for r in rows {
+    for r in &rows {
         let mut line = String::new();
-        for (i, c) in r.as_ref().iter().enumerate().take(n) {
+        for (i, c) in r.iter().enumerate().take(n) {
             if i + 1 == n {
                 line.push_str(c);
             } else {
@@ -1522,6 +1534,22 @@ fn print_table<R: AsRef<[String]>>(rows: &[R]) {
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
+}
+
+/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`).
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors.
@@ -1991,6 +2019,15 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_cells_never_carry_raw_control_characters() {
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(
+            printable("evil\nconfigmap  forged\u{1b}[2J\0"),
+            "evil\\nconfigmap  forged\\u{1b}[2J\\u{0}"
+        );
+    }
 
     #[test]
     fn kind_specs_match_case_insensitively_with_plurals_and_groups() {

@@ -452,6 +452,61 @@ pub struct SourceConfig {
     /// Commit signature verification (none: commits are not checked).
     #[serde(default)]
     pub verify: Option<VerifyConfig>,
+    /// Bounds on reading the app's path from a Git tree (default: 250,000 entries, 256 MiB,
+    /// 64 folders deep).
+    #[serde(default)]
+    pub limits: SourceLimitsConfig,
+}
+
+/// `apps[].source.limits:` bounds on reading the app's path from a Git tree
+/// ([`crate::source::Limits`]); each at least 1. A revision past one is refused with an error
+/// naming the bound, and the revision in force stays enforced.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SourceLimitsConfig {
+    /// Files and folders visited under the path (a folder listed several times counts each
+    /// time). Default 250,000.
+    #[serde(default = "default_max_entries")]
+    pub max_entries: Spanned<u64>,
+    /// Bytes of manifest files read, in total. Default 268435456 (256 MiB).
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: Spanned<u64>,
+    /// Folders below the path, symlinked ones included. Default 64.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: Spanned<u64>,
+}
+
+impl Default for SourceLimitsConfig {
+    fn default() -> Self {
+        SourceLimitsConfig {
+            max_entries: default_max_entries(),
+            max_bytes: default_max_bytes(),
+            max_depth: default_max_depth(),
+        }
+    }
+}
+
+impl SourceLimitsConfig {
+    /// The bounds as the tree reader takes them.
+    pub fn limits(&self) -> crate::source::Limits {
+        crate::source::Limits {
+            max_entries: self.max_entries.value,
+            max_bytes: self.max_bytes.value,
+            max_depth: self.max_depth.value,
+        }
+    }
+}
+
+fn default_max_entries() -> Spanned<u64> {
+    unspanned(crate::source::Limits::default().max_entries)
+}
+
+fn default_max_bytes() -> Spanned<u64> {
+    unspanned(crate::source::Limits::default().max_bytes)
+}
+
+fn default_max_depth() -> Spanned<u64> {
+    unspanned(crate::source::Limits::default().max_depth)
 }
 
 /// `apps[].source.verify:`: apply only commits signed by a trusted key, as Flux's
@@ -694,6 +749,11 @@ fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<Durati
 }
 
 /// Deserializes a humantime duration string (`30s`, `10m`, `1h 30m`).
+/// The longest duration the config takes: 100 years. Longer ones overflow time arithmetic
+/// (`now + 300000y` is past the last representable date; tokio's timers and chrono's dates
+/// panic or give up), and none is meaningful.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Duration>, D::Error> {
     let s = Spanned::<String>::deserialize(d)?;
     let value = humantime::parse_duration(s.value.trim()).map_err(|e| {
@@ -702,6 +762,12 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Duration>, D::Err
             s.value
         ))
     })?;
+    if value > MAX_DURATION {
+        return Err(serde::de::Error::custom(format!(
+            "duration `{}` is longer than 100 years, the longest this setting takes",
+            s.value.trim()
+        )));
+    }
     Ok(Spanned::new(value, s.referenced, s.defined))
 }
 
@@ -1112,6 +1178,20 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 format!("apps[{i}].source.timeout"),
                 "must be at least 1s".into(),
             ));
+        }
+        let limits = &app.source.limits;
+        for (field, v) in [
+            ("maxEntries", &limits.max_entries),
+            ("maxBytes", &limits.max_bytes),
+            ("maxDepth", &limits.max_depth),
+        ] {
+            if v.value == 0 {
+                return Err(invalid(
+                    &v.referenced,
+                    format!("apps[{i}].source.limits.{field}"),
+                    "must be at least 1".into(),
+                ));
+            }
         }
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
@@ -1788,11 +1868,15 @@ mod tests {
             ),
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    leaseTTL: 9000000001s\n",
+                ":4:15: duration `9000000001s` is longer than 100 years",
+            ),
+            (
+                "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    leaseTTL: 2h\n",
                 "store.etcd.leaseTTL: must be whole seconds, from 2s to 1h",
             ),
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    dialTimeout: 18446744073709551615s\n",
-                "store.etcd.dialTimeout",
+                ":4:18: duration `18446744073709551615s` is longer than 100 years",
             ),
             (
                 "store:\n  etcd:\n    endpoints: [\"http://e:2379\"]\n    replica: \"a b\"\n",
@@ -1965,6 +2049,58 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("2:10: server.token: the environment variable `DRIFTLESS_TEST_UNSET_VARIABLE` is not set"), "{err}");
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_at_their_line() {
+        for (yaml, line) in [
+            (
+                "apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows:\n    - {kind: deny, schedule: \"0 22 * * *\", duration: 300000y}\n",
+                6,
+            ),
+            (
+                "apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows:\n    - {kind: deny, schedule: \"0 22 * * *\", duration: 1000000000y}\n",
+                6,
+            ),
+            (
+                "apps:\n- name: a\n  source: {repo: x, interval: 1000000000y}\n",
+                3,
+            ),
+        ] {
+            let err = parse_str(yaml).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("driftless.yaml:{line}:"))
+                    && err.contains("is longer than 100 years"),
+                "{err}"
+            );
+        }
+        // A long but sane one loads, and the window it makes works.
+        let ok = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    windows:\n    - {kind: deny, schedule: \"0 22 * * *\", duration: 99y}\n").unwrap();
+        assert_eq!(
+            ok.config.apps[0].sync.windows[0].duration.value.as_secs() / (365 * 86400),
+            99
+        );
+    }
+
+    #[test]
+    fn source_limits_take_their_defaults_and_refuse_zero() {
+        let c = parse_str("apps:\n- name: a\n  source: {repo: x}\n").unwrap();
+        assert_eq!(
+            c.config.apps[0].source.limits.limits(),
+            crate::source::Limits::default()
+        );
+        let c = parse_str("apps:\n- name: a\n  source:\n    repo: x\n    limits: {maxEntries: 10, maxBytes: 20, maxDepth: 3}\n").unwrap();
+        let l = c.config.apps[0].source.limits.limits();
+        assert_eq!((l.max_entries, l.max_bytes, l.max_depth), (10, 20, 3));
+        let err =
+            parse_str("apps:\n- name: a\n  source:\n    repo: x\n    limits: {maxDepth: 0}\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains(":5:")
+                && err.contains("apps[0].source.limits.maxDepth: must be at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

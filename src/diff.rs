@@ -701,10 +701,15 @@ pub fn mask_secrets(obj: &Object) -> Object {
     }
     let mut out = obj.clone();
     for field in ["data", "stringData"] {
-        if let Some(Value::Object(m)) = out.as_map_mut().get_mut(field) {
-            for v in m.values_mut() {
-                *v = mask_value(v);
+        match out.as_map_mut().get_mut(field) {
+            Some(Value::Object(m)) => {
+                for v in m.values_mut() {
+                    *v = mask_value(v);
+                }
             }
+            // Not a mapping (Kubernetes would refuse it), but still the Secret's value.
+            Some(v) if !v.is_null() => *v = mask_value(v),
+            _ => {}
         }
     }
     if let Some(Value::Object(ann)) = out.metadata_mut().get_mut("annotations")
@@ -982,6 +987,25 @@ mod tests {
             plan_one(&more.key(), &more, Some(&live), None).action,
             Action::Update
         );
+    }
+
+    #[test]
+    fn a_secrets_data_that_is_not_a_mapping_is_masked_whole() {
+        for data in [json!("cGxhaW4tc2VjcmV0"), json!(["cGxhaW4tc2VjcmV0"])] {
+            let declared = obj(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "namespace": "d"}, "data": data, "stringData": "plain-secret"}));
+            let step = plan_one(&declared.key(), &declared, None, None);
+            let shown = format!(
+                "{} {}",
+                render_step(&step),
+                serde_json::to_string(mask_secrets(&declared).as_map()).unwrap()
+            );
+            assert!(
+                !shown.contains("cGxhaW4tc2VjcmV0") && !shown.contains("plain-secret"),
+                "{shown}"
+            );
+            assert!(shown.contains("*** (sha256:"), "{shown}");
+        }
     }
 
     #[test]

@@ -299,6 +299,13 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
     let docs = match parse_documents(text, mode) {
         Ok(docs) => docs,
         Err((line, column, message)) => {
+            // The parser stopped before any document was known: in a file that holds a
+            // Secret, the value it quotes may be the Secret's.
+            let message = if holds_secret(text) {
+                hide_quoted_values(&message)
+            } else {
+                message
+            };
             out.diagnostics
                 .push(Diagnostic::error(path, line, column, message));
             return out;
@@ -310,6 +317,7 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
         out: &mut out,
         errors: 0,
         mode,
+        secret: false,
     };
     if docs.is_empty() {
         ctx.out.skipped += 1;
@@ -322,6 +330,45 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
         ctx.document(doc, false);
     }
     out
+}
+
+/// True when a line of `text` declares `kind: Secret` (YAML or JSON spelling), so that errors
+/// found before the document is known must not quote values.
+fn holds_secret(text: &str) -> bool {
+    text.match_indices("kind").any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            return false; // `subkind`, `my_kind`
+        }
+        let rest = text[i + 4..].trim_start_matches(['"', '\'']).trim_start();
+        let Some(rest) = rest.strip_prefix(':') else {
+            return false;
+        };
+        let rest = rest.trim_start().trim_start_matches(['"', '\'']);
+        rest.starts_with("Secret")
+            && !rest[6..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// `message` with every value it quotes in backticks replaced by `(hidden)`; a duplicate key's
+/// message names a key, not a value, and is kept.
+fn hide_quoted_values(message: &str) -> String {
+    if message.starts_with("duplicate key") {
+        return message.to_string();
+    }
+    let mut out = String::new();
+    let mut parts = message.split('`');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    for (i, part) in parts.enumerate() {
+        if i % 2 == 0 {
+            out.push_str("(hidden)");
+        } else {
+            out.push_str(part);
+        }
+    }
+    format!("{out} (in a file that holds a Secret, values are not shown)")
 }
 
 /// A JSON file is read by the YAML parser (for positions and the duplicate-key check), but JSON
@@ -477,6 +524,8 @@ struct Ctx<'a> {
     /// Errors reported so far (kept as a count: re-counting per document is quadratic).
     errors: usize,
     mode: Mode,
+    /// The document being converted is a Secret: no diagnostic quotes one of its values.
+    secret: bool,
 }
 
 fn pos(node: &Node) -> (u64, u64) {
@@ -658,9 +707,11 @@ impl Ctx<'_> {
         if self.error_count() > errors_before {
             return;
         }
-        let value = match self.json_of(doc) {
-            Some(v) => v,
-            None => return,
+        self.secret = group.is_empty() && kind_s == "Secret";
+        let value = self.json_of(doc);
+        self.secret = false;
+        let Some(value) = value else {
+            return;
         };
         match Object::from_value(value) {
             Ok(object) => self.out.objects.push(Declared {
@@ -830,10 +881,12 @@ impl Ctx<'_> {
                     NodeKind::Int(i) => Value::from(i),
                     NodeKind::UInt(u) => Value::from(u),
                     NodeKind::Float(_) if self.raw(node).is_some_and(is_integer_spelling) => {
-                        let raw = self.raw(node).unwrap_or_default().trim().to_string();
+                        let raw = self.shown(self.raw(node).unwrap_or_default().trim());
                         self.error(
                             pos(node),
-                            format!("integer `{raw}` does not fit in 64 bits; quote it to keep it as text"),
+                            format!(
+                                "integer {raw} does not fit in 64 bits; quote it to keep it as text"
+                            ),
                         );
                         return None;
                     }
@@ -928,10 +981,25 @@ impl Ctx<'_> {
             return Some(());
         };
         if let Some(problem) = ambiguous_number(raw) {
+            let problem = if self.secret {
+                "ambiguous number (a Secret's value, not shown): YAML 1.1 and YAML 1.2 tools read it differently; quote it to keep it as text".to_string()
+            } else {
+                problem
+            };
             self.error(pos(node), problem);
             return None;
         }
         Some(())
+    }
+
+    /// A scalar's source text as a diagnostic may quote it: `` `raw` ``, or `(a Secret's value,
+    /// not shown)` inside a Secret.
+    fn shown(&self, raw: &str) -> String {
+        if self.secret {
+            "(a Secret's value, not shown)".to_string()
+        } else {
+            format!("`{raw}`")
+        }
     }
 }
 
@@ -1074,6 +1142,42 @@ mod tests {
             .filter(|d| d.is_error())
             .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
             .collect()
+    }
+
+    #[test]
+    fn diagnostics_about_a_secrets_values_never_quote_them() {
+        let secret =
+            |body: &str| format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: s}}\n{body}");
+        let configmap =
+            |body: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\n{body}");
+        for (body, value) in [
+            ("stringData: {pin: 0123456}\n", "123456"),
+            ("stringData: {pin: 0o1234567}\n", "1234567"),
+            (
+                "data:\n  big: 123456789012345678901234567890\n",
+                "12345678901234567890",
+            ),
+            ("stringData: {pin: 1e400}\n", "1e400"),
+        ] {
+            let e = errors(&parse_file("s.yaml", secret(body).as_bytes()));
+            assert_eq!(e.len(), 1, "{body}: {e:?}");
+            assert!(!e[0].contains(value), "{body}: {e:?}");
+            assert!(e[0].contains("not shown"), "{body}: {e:?}");
+            // Inside a List too.
+            let list = format!(
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {{name: s}}\n  {}",
+                body.replace('\n', "\n  ")
+            );
+            let e = errors(&parse_file("l.yaml", list.as_bytes()));
+            assert!(e.len() == 1 && !e[0].contains(value), "{list}: {e:?}");
+            // Elsewhere the value helps the author and is shown.
+            let e = errors(&parse_file("c.yaml", configmap(body).as_bytes()));
+            assert!(e.len() == 1 && e[0].contains(value), "{body}: {e:?}");
+        }
+        // A JSON Secret is recognised as well.
+        let json = b"{\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {\"name\": \"s\"},\n \"stringData\": {\"pin\": 1e400}}";
+        let e = errors(&parse_file("s.json", json));
+        assert!(e.len() == 1 && !e[0].contains("1e400"), "{e:?}");
     }
 
     #[test]

@@ -145,6 +145,32 @@ pub struct Fetched {
     pub rewritten: bool,
 }
 
+/// Bounds on reading an app's path from a Git tree (`apps[].source.limits`). A tree is small
+/// in Git and can be huge when walked: one folder listed twice in its parent, 24 levels deep, is
+/// about 130 KB of Git objects and 16 million files. Past any bound the walk stops and the
+/// revision is refused with an error diagnostic (nothing of it applied; the revision in force
+/// stays enforced, a preview of it fails alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Tree entries visited under the app's path, files and folders, every time a repeated
+    /// folder is seen. Default 250,000.
+    pub max_entries: u64,
+    /// Bytes of manifest files read, in total. Default 256 MiB.
+    pub max_bytes: u64,
+    /// Folders below the app's path, symlinked folders included. Default 64.
+    pub max_depth: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 250_000,
+            max_bytes: 256 << 20,
+            max_depth: 64,
+        }
+    }
+}
+
 /// The manifest files of an app's path at one revision, and what was found on the way.
 #[derive(Clone, Debug, Default)]
 pub struct Files {
@@ -194,8 +220,13 @@ impl std::fmt::Debug for Auth {
 }
 
 /// `url` fit to show: the user information of an `http(s)://` URL (which may hold a token)
-/// becomes `***`; an SSH user name (`git@`) stays.
+/// becomes `***`, and so do its query and fragment (`?token=...`); an SSH user name (`git@`)
+/// stays.
 pub fn redact_url(url: &str) -> String {
+    if let Some(i) = url.find(['?', '#']) {
+        let sep = &url[i..=i];
+        return format!("{}{sep}***", redact_url(&url[..i]));
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -783,7 +814,11 @@ impl GitCache {
     pub fn repo_path(&self, url: &str) -> PathBuf {
         let digest = Sha256::digest(url.as_bytes());
         let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        // The folder's name shows the repository's, never a query (which may hold a token).
         let name: String = url
+            .split(['?', '#'])
+            .next()
+            .unwrap_or(url)
             .trim_end_matches('/')
             .trim_end_matches(".git")
             .rsplit(['/', ':', '\\'])
@@ -1038,13 +1073,21 @@ impl GitCache {
     }
 
     /// Reads the manifest files under `path` (empty or `.` for the root) at `revision` from the
-    /// cache of `url`. The revision must have been fetched.
+    /// cache of `url`. The revision must have been fetched. A walk past `limits`, or a submodule
+    /// under `path`, stops with an error in [`Files::diagnostics`] (the revision must not be
+    /// applied).
     ///
     /// # Errors
     ///
     /// [`Error::PathNotFound`] when `path` is not a folder at that revision,
     /// [`Error::ReadFailed`], [`Error::CacheFailed`], [`Error::TaskFailed`].
-    pub async fn read(&self, url: &str, revision: &Revision, path: &str) -> Result<Files> {
+    pub async fn read(
+        &self,
+        url: &str,
+        revision: &Revision,
+        path: &str,
+        limits: Limits,
+    ) -> Result<Files> {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();
         let path = path.to_string();
@@ -1055,27 +1098,89 @@ impl GitCache {
                 path: repo_path.clone(),
                 source,
             })?;
-            read_files(&repo, &revision, &path)
+            read_files(&repo, &revision, &path, limits)
         })
         .await
         .map_err(Error::TaskFailed)?
     }
 }
 
+/// Takes the cache of one repository for a fetch, against other processes too (`driftless
+/// sync` beside the agent, or two of them): an exclusive `flock` on `<path>.fetch-lock`, held
+/// until the returned file is dropped. Two processes fetching into one cache at once would
+/// otherwise fail on each other's ref lock files. Waits in steps of 20 ms until it is free or
+/// `cancel` is set (the fetch timed out).
+fn lock_cache(path: &Path, cancel: &std::sync::atomic::AtomicBool) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let failed = |e: std::io::Error| Error::CacheFailed {
+        path: path.to_path_buf(),
+        source: git2::Error::from_str(&format!("cannot lock the cache: {e}")),
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(failed)?;
+    }
+    let mut name = path.as_os_str().to_owned();
+    name.push(".fetch-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(PathBuf::from(name))
+        .map_err(failed)?;
+    loop {
+        // SAFETY: flock on a file descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(failed(e));
+        }
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(failed(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "another process held it until the fetch timed out",
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Opens the bare cache at `path`, creating it first when it does not exist. Creation is safe
+/// against another process (a second `driftless sync`) doing the same at once: the repository
+/// is made in a private folder beside `path` and renamed into place in one step, so `path` is
+/// either absent or a whole repository; whoever loses the rename opens the winner's.
 fn open_or_init(path: &Path) -> Result<Repository> {
     let cache_failed = |source| Error::CacheFailed {
         path: path.to_path_buf(),
         source,
     };
+    let io_failed = |e: std::io::Error| cache_failed(git2::Error::from_str(&e.to_string()));
     if path.exists() {
-        Repository::open_bare(path).map_err(cache_failed)
-    } else {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| cache_failed(git2::Error::from_str(&e.to_string())))?;
-        }
-        Repository::init_bare(path).map_err(cache_failed)
+        return Repository::open_bare(path).map_err(cache_failed);
     }
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_failed)?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "repo".to_string(), |n| n.to_string_lossy().into_owned());
+    let staging = parent.join(format!(
+        ".{name}.init-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let made = Repository::init_bare(&staging).map_err(cache_failed);
+    let renamed = made.and_then(|_| std::fs::rename(&staging, path).map_err(io_failed));
+    if renamed.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+        // Another process's repository took the place first: use it.
+        if !path.join("HEAD").exists() {
+            renamed?;
+        }
+    }
+    Repository::open_bare(path).map_err(cache_failed)
 }
 
 fn looks_like_commit_id(s: &str) -> bool {
@@ -1092,6 +1197,7 @@ fn fetch_refs_blocking(
     auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<(Option<String>, Result<Fetched>)>> {
+    let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
     let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
@@ -1190,6 +1296,7 @@ fn fetch_commit_blocking(
     auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Fetched> {
+    let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
     let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
@@ -1262,6 +1369,7 @@ fn fetch_matching_blocking(
     auth: Option<&Auth>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<RemoteHead>> {
+    let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
     let session = Session::new(url, auth, cancel);
     let fetch_failed = |source| session.classify(url, source);
@@ -1407,9 +1515,15 @@ struct Walker<'r> {
     out: Files,
     /// Trees on the current walk path, to stop cycles through directory symlinks.
     stack: HashSet<Oid>,
+    limits: Limits,
+    /// Entries visited and manifest bytes read so far.
+    entries: u64,
+    bytes: u64,
+    /// Set when a limit was passed: the walk stops and reads nothing more.
+    stopped: bool,
 }
 
-fn read_files(repo: &Repository, revision: &Revision, path: &str) -> Result<Files> {
+fn read_files(repo: &Repository, revision: &Revision, path: &str, limits: Limits) -> Result<Files> {
     let read_failed = |what: &str| {
         let what = what.to_string();
         move |source| Error::ReadFailed { what, source }
@@ -1429,6 +1543,10 @@ fn read_files(repo: &Repository, revision: &Revision, path: &str) -> Result<File
         root: root.clone(),
         out: Files::default(),
         stack: HashSet::new(),
+        limits,
+        entries: 0,
+        bytes: 0,
+        stopped: false,
     };
     let tree = if base.is_empty() {
         root
@@ -1442,7 +1560,13 @@ fn read_files(repo: &Repository, revision: &Revision, path: &str) -> Result<File
         }
     };
     walker.out.tree_id = tree.id().to_string();
-    walker.walk(&tree, &base)?;
+    walker.walk(&tree, &base, 0)?;
+    if walker.stopped {
+        // Refused whole: what was read so far is no desired set, and parsing it would only
+        // repeat the cost the bound is there to cap.
+        walker.out.files.clear();
+        walker.out.blob_ids.clear();
+    }
     walker.out.files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(walker.out)
 }
@@ -1504,15 +1628,39 @@ impl<'r> Walker<'r> {
         Some(String::from_utf8_lossy(blob.content()).into_owned())
     }
 
-    fn link_error(&mut self, path: &str, message: String) {
+    fn error_at(&mut self, path: &str, message: String) {
         self.out
             .diagnostics
             .push(Diagnostic::error(path, 1, 1, message));
     }
 
-    fn walk(&mut self, tree: &git2::Tree<'r>, prefix: &str) -> Result<()> {
+    /// Stops the walk with an error naming `path` and the bound passed.
+    fn stop(&mut self, path: &str, message: String) {
+        self.stopped = true;
+        self.out.diagnostics.push(Diagnostic::error(
+            if path.is_empty() { "." } else { path },
+            1,
+            1,
+            format!("{message}; the revision is not read further and nothing of it is applied"),
+        ));
+    }
+
+    fn walk(&mut self, tree: &git2::Tree<'r>, prefix: &str, depth: u64) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        if depth > self.limits.max_depth {
+            self.stop(
+                prefix,
+                format!(
+                    "`{prefix}` is more than {} folders below the app's path (source.limits.maxDepth)",
+                    self.limits.max_depth
+                ),
+            );
+            return Ok(());
+        }
         if !self.stack.insert(tree.id()) {
-            self.link_error(
+            self.error_at(
                 prefix,
                 format!(
                     "symlink `{prefix}` leads back into a folder it is in (a cycle); remove it"
@@ -1521,6 +1669,20 @@ impl<'r> Walker<'r> {
             return Ok(());
         }
         for entry in tree.iter() {
+            if self.stopped {
+                return Ok(());
+            }
+            self.entries += 1;
+            if self.entries > self.limits.max_entries {
+                self.stop(
+                    prefix,
+                    format!(
+                        "the app's path holds more than {} files and folders (source.limits.maxEntries; a folder listed several times counts each time)",
+                        self.limits.max_entries
+                    ),
+                );
+                return Ok(());
+            }
             let Ok(name) = entry.name() else {
                 // Skipping it would drop its objects and prune them: an error instead, unless
                 // it is a plain file that is not a manifest anyway.
@@ -1529,7 +1691,7 @@ impl<'r> Walker<'r> {
                     && entry.filemode() != 0o120000
                     && !manifest::is_manifest_path(&shown);
                 if !plain_file {
-                    self.link_error(
+                    self.error_at(
                         &shown,
                         format!("the name of `{shown}` is not valid UTF-8; rename it"),
                     );
@@ -1538,7 +1700,7 @@ impl<'r> Walker<'r> {
             };
             let path = join(prefix, name);
             if entry.filemode() == 0o120000 {
-                self.follow_link(&path, entry.id())?;
+                self.follow_link(&path, entry.id(), depth)?;
                 continue;
             }
             match entry.kind() {
@@ -1550,12 +1712,19 @@ impl<'r> Walker<'r> {
                                 what: format!("folder {path}"),
                                 source,
                             })?;
-                    self.walk(&sub, &path)?;
+                    self.walk(&sub, &path, depth + 1)?;
                 }
                 Some(ObjectType::Blob) if manifest::is_manifest_path(&path) => {
                     self.read_blob(&path, entry.id())?;
                 }
-                _ => {} // other files, and submodules (commit entries), are not manifests
+                // Skipping a submodule would drop the objects it holds and prune them.
+                Some(ObjectType::Commit) => self.error_at(
+                    &path,
+                    format!(
+                        "`{path}` is a Git submodule, which driftless does not read: its objects would be missing and pruned; move its manifests into this repository or give it an app of its own"
+                    ),
+                ),
+                _ => {} // other files are not manifests
             }
         }
         self.stack.remove(&tree.id());
@@ -1570,6 +1739,15 @@ impl<'r> Walker<'r> {
                 what: format!("file {path}"),
                 source,
             })?;
+        self.bytes += blob.size() as u64;
+        if self.bytes > self.limits.max_bytes {
+            let max = self.limits.max_bytes;
+            self.stop(
+                path,
+                format!("the app's manifests are larger than {max} bytes in all (source.limits.maxBytes)"),
+            );
+            return Ok(());
+        }
         self.out
             .files
             .push((path.to_string(), blob.content().to_vec()));
@@ -1577,21 +1755,21 @@ impl<'r> Walker<'r> {
         Ok(())
     }
 
-    fn follow_link(&mut self, path: &str, link_blob: Oid) -> Result<()> {
+    fn follow_link(&mut self, path: &str, link_blob: Oid, depth: u64) -> Result<()> {
         let Some(target) = self.link_target(link_blob) else {
-            self.link_error(path, format!("cannot read symlink `{path}`"));
+            self.error_at(path, format!("cannot read symlink `{path}`"));
             return Ok(());
         };
         let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
         let Some(dest) = link_destination(dir, &target) else {
-            self.link_error(
+            self.error_at(
                 path,
                 format!("symlink `{path}` points outside the repository (`{target}`); it is not followed"),
             );
             return Ok(());
         };
         match self.resolve(&dest, 1) {
-            Some(Resolved::Tree(t)) => self.walk(&t, path),
+            Some(Resolved::Tree(t)) => self.walk(&t, path, depth + 1),
             Some(Resolved::Blob(oid)) => {
                 if manifest::is_manifest_path(path) {
                     self.read_blob(path, oid)?;
@@ -1599,21 +1777,21 @@ impl<'r> Walker<'r> {
                 Ok(())
             }
             Some(Resolved::Outside(t)) => {
-                self.link_error(
+                self.error_at(
                     path,
                     format!("symlink `{path}` leads outside the repository (through `{t}`); it is not followed"),
                 );
                 Ok(())
             }
             Some(Resolved::Missing) | None => {
-                self.link_error(
+                self.error_at(
                     path,
                     format!("symlink `{path}` points to `{target}`, which does not exist"),
                 );
                 Ok(())
             }
             Some(Resolved::TooDeep) => {
-                self.link_error(
+                self.error_at(
                     path,
                     format!("symlink `{path}`: too many levels of symbolic links"),
                 );
@@ -1748,6 +1926,15 @@ mod tests {
         assert_eq!(redact_url("git@h:r.git"), "git@h:r.git");
         assert_eq!(redact_url("/srv/r.git"), "/srv/r.git");
         assert_eq!(
+            redact_url("https://h/z.git?token=s3cret&x=1"),
+            "https://h/z.git?***"
+        );
+        assert_eq!(
+            redact_url("https://u:p@h/z.git#s3cret"),
+            "https://***@h/z.git#***"
+        );
+        assert_eq!(redact_url("https://h/a?b@c"), "https://h/a?***");
+        assert_eq!(
             redact_url("https://h/a@b"),
             "https://***@b",
             "more hidden, never less"
@@ -1790,5 +1977,11 @@ mod tests {
         assert_eq!(a, c.repo_path("https://github.com/kubernetes/examples.git"));
         assert!(a.to_string_lossy().contains("/repos/examples-"));
         assert_ne!(a, c.repo_path("https://example.com/other/examples.git"));
+        let q = c.repo_path("https://h/z.git?token=s3cret");
+        let name = q.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("z-") && !name.contains("s3cret") && !name.contains("token"),
+            "{name}"
+        );
     }
 }

@@ -250,6 +250,62 @@ fn a_bad_commit_applies_nothing_and_the_previous_revision_stays_enforced() {
 }
 
 #[test]
+fn a_tree_bomb_commit_is_refused_and_the_previous_revision_stays_enforced() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let good = env.repo.head();
+    // A few KB in Git, 16 million files when walked: read to the bound, then refused.
+    let bomb = env.repo.commit_tree_bomb(24);
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stderr(&out).contains("app/"), "{}", stderr(&out));
+    let st = env.status();
+    assert_eq!(st["revision"], good);
+    assert_eq!(st["lastAttemptedRevision"], bomb);
+    let message = st["diagnostics"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("more than 250000 files and folders (source.limits.maxEntries"),
+        "{st}"
+    );
+    assert_eq!(st["diagnostics"].as_array().unwrap().len(), 1, "{st}");
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "1");
+    // The good revision is still enforced.
+    env.put(&configmap("b", &[("k", "drift")]));
+    assert_eq!(env.run(&["sync"]).status.code(), Some(1));
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "1");
+}
+
+#[test]
+fn a_submodule_in_place_of_a_folder_applies_nothing_and_prunes_nothing() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let good = env.repo.head();
+    // The manifests move into a submodule (a gitlink in the tree), which is not read.
+    env.repo.git(&["rm", "-q", "app/a.yaml", "app/b.yaml"]);
+    env.repo.git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("160000,{good},app/manifests"),
+    ]);
+    env.repo.git(&["commit", "-q", "-m", "submodule"]);
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("app/manifests:1:1: error: `app/manifests` is a Git submodule"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(env.get("configmap", "a").is_some(), "nothing pruned");
+    assert!(env.get("configmap", "b").is_some(), "nothing pruned");
+    assert_eq!(env.status()["revision"], good);
+}
+
+#[test]
 fn the_previous_revision_survives_a_restart_with_a_bad_head() {
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
@@ -853,4 +909,112 @@ fn a_second_agent_on_the_same_store_refuses_to_start() {
     });
     let (code, log) = third.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn two_syncs_on_a_cold_cache_both_create_and_use_it() {
+    let repo = common::GitRepo::new();
+    repo.write("app-a/a.yaml", configmap("a", &[("k", "1")]))
+        .write("app-b/b.yaml", configmap("b", &[("k", "1")]));
+    repo.commit("two apps");
+    for trial in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("driftless.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: a\n    source: {{repo: {0}, path: app-a}}\n  - name: b\n    source: {{repo: {0}, path: app-b}}\n",
+                repo.url()
+            ),
+        )
+        .unwrap();
+        let spawn = |app: &str| {
+            Command::new(env!("CARGO_BIN_EXE_driftless"))
+                .arg("-c")
+                .arg(&config)
+                .args(["sync", "--app", app])
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn("a"), spawn("b"));
+        for (app, child) in [("a", a), ("b", b)] {
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "trial {trial}, app {app}: {}",
+                stderr(&out)
+            );
+        }
+        let leftovers: Vec<String> = std::fs::read_dir(dir.path().join("cache/repos"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(".fetch-lock"))
+            .collect();
+        assert_eq!(
+            leftovers.len(),
+            1,
+            "one cache, no half-made ones: {leftovers:?}"
+        );
+    }
+}
+
+#[test]
+fn two_syncs_declaring_one_object_never_both_own_it() {
+    // Both apps declare the same ConfigMap, identically; it is already live as declared, so
+    // neither writes it and only the claim decides.
+    let repo = common::GitRepo::new();
+    let shared = configmap("shared", &[("k", "same")]);
+    repo.write("app-a/shared.yaml", &shared)
+        .write("app-b/shared.yaml", &shared)
+        .write("app-a/a.yaml", configmap("a", &[("k", "1")]))
+        .write("app-b/b.yaml", configmap("b", &[("k", "1")]));
+    repo.commit("two apps, one shared object");
+    for trial in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("driftless.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: a\n    source: {{repo: {0}, path: app-a}}\n  - name: b\n    source: {{repo: {0}, path: app-b}}\n",
+                repo.url()
+            ),
+        )
+        .unwrap();
+        let cmd = |args: &[&str]| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
+            c.arg("-c").arg(&config).args(args).current_dir(dir.path());
+            c
+        };
+        let put = dir.path().join("shared.yaml");
+        std::fs::write(&put, &shared).unwrap();
+        assert!(
+            cmd(&["store", "put", "-f", put.to_str().unwrap()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let spawn = |app: &str| {
+            cmd(&["sync", "--app", app])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn("a"), spawn("b"));
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let synced = outs.iter().filter(|o| o.status.code() == Some(0)).count();
+        let said: String = outs
+            .iter()
+            .map(|o| format!("{}{}", stdout(o), stderr(o)))
+            .collect();
+        assert_eq!(synced, 1, "trial {trial}: exactly one app owns it:\n{said}");
+        assert!(
+            said.contains("also declared by app") || said.contains("OwnershipConflict"),
+            "trial {trial}: the other reports the conflict:\n{said}"
+        );
+    }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::{GitRepo, configmap};
 use driftless::object::Revision;
-use driftless::source::{Error, GitCache};
+use driftless::source::{Error, GitCache, Limits};
 
 fn cache() -> (tempfile::TempDir, GitCache) {
     let dir = tempfile::tempdir().unwrap();
@@ -112,7 +112,10 @@ async fn reads_manifests_from_the_tree_in_path_order_without_a_checkout() {
     let id = repo.commit("c");
     let (d, cache) = cache();
     let f = cache.fetch(&repo.url(), None).await.unwrap();
-    let files = cache.read(&repo.url(), &f.revision, "app").await.unwrap();
+    let files = cache
+        .read(&repo.url(), &f.revision, "app", Limits::default())
+        .await
+        .unwrap();
     let paths: Vec<&str> = files.files.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(paths, vec!["app/b.json", "app/sub/a.yml", "app/z.yaml"]);
     assert!(files.diagnostics.is_empty());
@@ -122,12 +125,12 @@ async fn reads_manifests_from_the_tree_in_path_order_without_a_checkout() {
     assert!(!d.path().join("app").exists());
     // The root and a missing path.
     let all = cache
-        .read(&repo.url(), &Revision(id.clone()), "")
+        .read(&repo.url(), &Revision(id.clone()), "", Limits::default())
         .await
         .unwrap();
     assert_eq!(all.files.len(), 4);
     let err = cache
-        .read(&repo.url(), &Revision(id), "missing")
+        .read(&repo.url(), &Revision(id), "missing", Limits::default())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PathNotFound { .. }), "{err}");
@@ -147,7 +150,13 @@ async fn tree_ids_change_only_when_the_path_changes() {
     let t = |c: String| {
         let cache = cache.clone();
         let url = repo.url();
-        async move { cache.read(&url, &Revision(c), "app").await.unwrap().tree_id }
+        async move {
+            cache
+                .read(&url, &Revision(c), "app", Limits::default())
+                .await
+                .unwrap()
+                .tree_id
+        }
     };
     let (t1, t2, t3) = (t(c1).await, t(c2).await, t(c3).await);
     assert_eq!(t1, t2);
@@ -169,7 +178,10 @@ async fn symlinks_inside_the_repository_are_followed_and_others_are_errors() {
     let id = repo.commit("links");
     let (_d, cache) = cache();
     cache.fetch(&repo.url(), None).await.unwrap();
-    let files = cache.read(&repo.url(), &Revision(id), "app").await.unwrap();
+    let files = cache
+        .read(&repo.url(), &Revision(id), "app", Limits::default())
+        .await
+        .unwrap();
     let got: Vec<(&str, &[u8])> = files
         .files
         .iter()
@@ -238,7 +250,10 @@ async fn names_that_are_not_utf8_are_errors_not_silent_skips() {
     let id = repo.commit("odd names");
     let (_d, cache) = cache();
     cache.fetch(&repo.url(), None).await.unwrap();
-    let files = cache.read(&repo.url(), &Revision(id), "app").await.unwrap();
+    let files = cache
+        .read(&repo.url(), &Revision(id), "app", Limits::default())
+        .await
+        .unwrap();
     let diags: Vec<String> = files.diagnostics.iter().map(|d| d.to_string()).collect();
     assert_eq!(diags.len(), 2, "{diags:?}");
     assert!(
@@ -302,7 +317,7 @@ async fn pull_request_refs_are_fetched_together_and_forgotten_when_gone() {
     assert!(heads.iter().all(|h| h.commit_time > 1_600_000_000));
     // Readable from the cache like any fetched revision.
     let files = cache
-        .read(&url, &Revision(pr.clone()), "app")
+        .read(&url, &Revision(pr.clone()), "app", Limits::default())
         .await
         .unwrap();
     assert_eq!(files.files.len(), 2);
@@ -500,4 +515,132 @@ async fn credentials_never_follow_a_redirect_to_another_host() {
     let shown = format!("{e} {}", driftless::reconcile::error_chain(&e));
     assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
     assert!(shown.contains("another host"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_tree_that_repeats_one_folder_is_refused_at_the_entry_bound() {
+    // 2^24 files when walked (16 million), a few KB in Git.
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[])).commit("good");
+    let bomb = repo.commit_tree_bomb(24);
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache
+        .read(
+            &repo.url(),
+            &Revision(bomb.clone()),
+            "app",
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    let errors: Vec<String> = files.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("more than 250000 files and folders")
+            && errors[0].contains("source.limits.maxEntries"),
+        "{errors:?}"
+    );
+    assert!(
+        files.files.is_empty(),
+        "a refused tree hands out nothing: {} files",
+        files.files.len()
+    );
+    // A smaller bound stops sooner; a tree within it is read whole.
+    let small = Limits {
+        max_entries: 1000,
+        ..Limits::default()
+    };
+    let files = cache
+        .read(&repo.url(), &Revision(bomb), "app", small)
+        .await
+        .unwrap();
+    assert!(files.files.is_empty() && files.diagnostics.len() == 1);
+    let within = repo.commit_tree_bomb(8); // 256 files, 767 entries
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache
+        .read(&repo.url(), &Revision(within), "app", small)
+        .await
+        .unwrap();
+    assert!(files.diagnostics.is_empty(), "{:?}", files.diagnostics);
+    assert_eq!(files.files.len(), 256);
+}
+
+#[tokio::test]
+async fn folders_too_deep_and_manifests_too_large_are_refused_naming_the_bound() {
+    let repo = GitRepo::new();
+    let deep = (0..6)
+        .map(|i| format!("d{i}"))
+        .collect::<Vec<_>>()
+        .join("/");
+    repo.write(&format!("app/{deep}/a.yaml"), configmap("a", &[]))
+        .write("app/b.yaml", configmap("b", &[("k", &"x".repeat(2000))]));
+    let id = repo.commit("deep and large");
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let read = |limits: Limits| {
+        let (cache, url, id) = (cache.clone(), repo.url(), id.clone());
+        async move {
+            cache
+                .read(&url, &Revision(id), "app", limits)
+                .await
+                .unwrap()
+                .diagnostics
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(read(Limits::default()).await, Vec::<String>::new());
+    let too_deep = read(Limits {
+        max_depth: 5,
+        ..Limits::default()
+    })
+    .await;
+    assert!(
+        too_deep.len() == 1
+            && too_deep[0].starts_with("app/d0/d1/d2/d3/d4/d5:")
+            && too_deep[0]
+                .contains("more than 5 folders below the app's path (source.limits.maxDepth)"),
+        "{too_deep:?}"
+    );
+    let too_large = read(Limits {
+        max_bytes: 1000,
+        ..Limits::default()
+    })
+    .await;
+    assert!(
+        too_large.len() == 1
+            && too_large[0].contains("larger than 1000 bytes in all (source.limits.maxBytes)"),
+        "{too_large:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_submodule_under_the_path_is_an_error_naming_it() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let other = repo.commit("first");
+    // A gitlink (mode 160000), as `git submodule add` leaves in the tree.
+    repo.git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("160000,{other},app/vendored"),
+    ]);
+    repo.git(&["commit", "-q", "-m", "submodule"]);
+    let id = repo.head();
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let files = cache
+        .read(&repo.url(), &Revision(id), "app", Limits::default())
+        .await
+        .unwrap();
+    let errors: Vec<String> = files.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(
+        errors.len() == 1
+            && errors[0].starts_with("app/vendored:1:1: error:")
+            && errors[0].contains("is a Git submodule"),
+        "{errors:?}"
+    );
 }

@@ -429,7 +429,12 @@ impl Previews {
                     _ => {
                         let files = self
                             .git
-                            .read(&repo, &revision, &self.cfg.source.path.value)
+                            .read(
+                                &repo,
+                                &revision,
+                                &self.cfg.source.path.value,
+                                self.cfg.source.limits.limits(),
+                            )
                             .await
                             .map_err(|e| error_chain(&e))?;
                         let set = self.parse(files);
@@ -506,7 +511,12 @@ impl Previews {
         };
         let files = match self
             .git
-            .read(repo, &head.revision, &self.cfg.source.path.value)
+            .read(
+                repo,
+                &head.revision,
+                &self.cfg.source.path.value,
+                self.cfg.source.limits.limits(),
+            )
             .await
         {
             Ok(f) => f,

@@ -70,7 +70,13 @@ impl GitRepo {
 
     /// Runs git in the repository; panics with its output when it fails.
     pub fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
+        self.git_with_input(args, "")
+    }
+
+    /// Runs git with `input` on its standard input (`mktree`, `hash-object --stdin`).
+    pub fn git_with_input(&self, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("git")
             .args([
                 "-c",
                 "user.name=Test",
@@ -85,8 +91,18 @@ impl GitRepo {
             .current_dir(self.path())
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("git runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().expect("git runs");
         assert!(
             out.status.success(),
             "git {args:?} failed: {}{}",
@@ -126,6 +142,24 @@ impl GitRepo {
 
     pub fn head(&self) -> String {
         self.git(&["rev-parse", "HEAD"])
+    }
+
+    /// Commits, on top of HEAD, a tree whose `app/` folder is a binary tree `levels` deep that
+    /// lists one subtree twice per level over one small manifest: a few KB in Git, 2^levels
+    /// files when walked. Moves the branch without touching the work tree; returns the commit.
+    pub fn commit_tree_bomb(&self, levels: u32) -> String {
+        let blob = self.git_with_input(&["hash-object", "-w", "--stdin"], "# nothing\n");
+        let mut tree = self.git_with_input(&["mktree"], &format!("100644 blob {blob}\ta.yaml\n"));
+        for _ in 0..levels {
+            tree = self.git_with_input(
+                &["mktree"],
+                &format!("040000 tree {tree}\ta\n040000 tree {tree}\tb\n"),
+            );
+        }
+        let root = self.git_with_input(&["mktree"], &format!("040000 tree {tree}\tapp\n"));
+        let commit = self.git(&["commit-tree", &root, "-p", "HEAD", "-m", "bomb"]);
+        self.git(&["update-ref", "HEAD", &commit]);
+        commit
     }
 }
 
