@@ -1050,14 +1050,22 @@ mod tests {
 
     /// Serves `/` on a guarded listener and returns its address.
     async fn guarded(max: usize, idle: std::time::Duration) -> std::net::SocketAddr {
+        guarded_with(max, idle, MAX_CONNECTIONS_PER_CLIENT, REQUEST_TIMEOUT).await
+    }
+
+    /// [`guarded`] with these client limits.
+    async fn guarded_with(
+        max: usize,
+        idle: std::time::Duration,
+        per_client: usize,
+        request_timeout: std::time::Duration,
+    ) -> std::net::SocketAddr {
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
         let app = Router::new().route("/", get(|| async { "ok" }));
-        tokio::spawn(async move {
-            axum::serve(GuardedListener::new(tcp, max, idle), app)
-                .await
-                .unwrap();
-        });
+        let listener =
+            GuardedListener::new(tcp, max, idle).with_client_limits(per_client, request_timeout);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         addr
     }
 
@@ -1100,12 +1108,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_trickled_in_a_line_at_a_time_is_cut_off_at_the_request_timeout() {
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let app = Router::new().route("/", get(|| async { "ok" }));
-        let listener = GuardedListener::new(tcp, 8, std::time::Duration::from_secs(60))
-            .with_client_limits(8, std::time::Duration::from_millis(500));
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let addr = guarded_with(
+            8,
+            std::time::Duration::from_secs(60),
+            8,
+            std::time::Duration::from_millis(500),
+        )
+        .await;
         let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
         c.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
         let start = std::time::Instant::now();
@@ -1139,12 +1148,13 @@ mod tests {
 
     #[tokio::test]
     async fn one_client_cannot_take_every_slot() {
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let app = Router::new().route("/", get(|| async { "ok" }));
-        let listener = GuardedListener::new(tcp, 8, std::time::Duration::from_secs(60))
-            .with_client_limits(4, std::time::Duration::from_secs(60));
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let addr = guarded_with(
+            8,
+            std::time::Duration::from_secs(60),
+            4,
+            std::time::Duration::from_secs(60),
+        )
+        .await;
         // One address opens twice the server's slots and says nothing.
         let mut held = Vec::new();
         for _ in 0..16 {

@@ -911,6 +911,42 @@ fn a_second_agent_on_the_same_store_refuses_to_start() {
     assert_eq!(code, Some(0), "{log}");
 }
 
+/// A fresh store and cache (in the returned folder) for two apps, `a` and `b`, of `repo` at
+/// `app-a` and `app-b`; returns the folder and a command builder for `driftless -c <config>`.
+fn two_app_project(repo: &common::GitRepo) -> (tempfile::TempDir, impl Fn(&[&str]) -> Command) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("driftless.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: a\n    source: {{repo: {0}, path: app-a}}\n  - name: b\n    source: {{repo: {0}, path: app-b}}\n",
+            repo.url()
+        ),
+    )
+    .unwrap();
+    let folder = dir.path().to_path_buf();
+    let cmd = move |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
+        c.arg("-c")
+            .arg(folder.join("driftless.yaml"))
+            .args(args)
+            .current_dir(&folder)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    (dir, cmd)
+}
+
+/// `driftless sync --app a` and `--app b` started together; their outputs.
+fn sync_both(cmd: &impl Fn(&[&str]) -> Command) -> [std::process::Output; 2] {
+    let (a, b) = (
+        cmd(&["sync", "--app", "a"]).spawn().unwrap(),
+        cmd(&["sync", "--app", "b"]).spawn().unwrap(),
+    );
+    [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()]
+}
+
 #[test]
 fn two_syncs_on_a_cold_cache_both_create_and_use_it() {
     let repo = common::GitRepo::new();
@@ -918,30 +954,8 @@ fn two_syncs_on_a_cold_cache_both_create_and_use_it() {
         .write("app-b/b.yaml", configmap("b", &[("k", "1")]));
     repo.commit("two apps");
     for trial in 0..6 {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("driftless.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: a\n    source: {{repo: {0}, path: app-a}}\n  - name: b\n    source: {{repo: {0}, path: app-b}}\n",
-                repo.url()
-            ),
-        )
-        .unwrap();
-        let spawn = |app: &str| {
-            Command::new(env!("CARGO_BIN_EXE_driftless"))
-                .arg("-c")
-                .arg(&config)
-                .args(["sync", "--app", app])
-                .current_dir(dir.path())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
-        let (a, b) = (spawn("a"), spawn("b"));
-        for (app, child) in [("a", a), ("b", b)] {
-            let out = child.wait_with_output().unwrap();
+        let (dir, cmd) = two_app_project(&repo);
+        for (app, out) in ["a", "b"].into_iter().zip(sync_both(&cmd)) {
             assert_eq!(
                 out.status.code(),
                 Some(0),
@@ -974,21 +988,7 @@ fn two_syncs_declaring_one_object_never_both_own_it() {
         .write("app-b/b.yaml", configmap("b", &[("k", "1")]));
     repo.commit("two apps, one shared object");
     for trial in 0..8 {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("driftless.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "store:\n  sqlite: {{path: store.db}}\ncacheDir: cache\napps:\n  - name: a\n    source: {{repo: {0}, path: app-a}}\n  - name: b\n    source: {{repo: {0}, path: app-b}}\n",
-                repo.url()
-            ),
-        )
-        .unwrap();
-        let cmd = |args: &[&str]| {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_driftless"));
-            c.arg("-c").arg(&config).args(args).current_dir(dir.path());
-            c
-        };
+        let (dir, cmd) = two_app_project(&repo);
         let put = dir.path().join("shared.yaml");
         std::fs::write(&put, &shared).unwrap();
         assert!(
@@ -997,15 +997,7 @@ fn two_syncs_declaring_one_object_never_both_own_it() {
                 .unwrap()
                 .success()
         );
-        let spawn = |app: &str| {
-            cmd(&["sync", "--app", app])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
-        let (a, b) = (spawn("a"), spawn("b"));
-        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let outs = sync_both(&cmd);
         let synced = outs.iter().filter(|o| o.status.code() == Some(0)).count();
         let said: String = outs
             .iter()
@@ -1017,4 +1009,55 @@ fn two_syncs_declaring_one_object_never_both_own_it() {
             "trial {trial}: the other reports the conflict:\n{said}"
         );
     }
+}
+
+#[test]
+fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    // Damage the store behind driftless's back: one object's body is not JSON, and a second
+    // app status record does not parse.
+    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
+    db.execute(
+        "UPDATE objects SET body = '{not json' WHERE kind = 'ConfigMap' AND name = 'a'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO objects (grp, kind, ns, name, rev, body) SELECT grp, kind, ns, 'ghost', rev, '{\"apiVersion\": \"driftless.io/v1\", \"kind\": \"AppStatus\", \"metadata\": {\"name\": \"ghost\"}, \"status\": 7}' FROM objects WHERE kind = 'AppStatus' AND name = 'demo'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    // The status of the good app is still shown.
+    let out = env.run(&["status", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["demo"]);
+    // `store list` lists the readable objects and names the bad one.
+    let out = env.run(&["store", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains(" b "), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("ConfigMap default/a: the stored record is unreadable"),
+        "{}",
+        stderr(&out)
+    );
+    // `store get` says what is wrong; `store delete` removes it.
+    let out = env.run(&["store", "get", "configmap", "a"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("unreadable"), "{}", stderr(&out));
+    let out = env.run(&["store", "delete", "configmap", "a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = env.run(&["store", "list"]);
+    assert!(!stderr(&out).contains("unreadable"), "{}", stderr(&out));
+    // And the agent puts the object back as Git declares it.
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
 }
