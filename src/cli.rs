@@ -1789,12 +1789,29 @@ fn short_name(s: &str) -> Option<&'static str> {
     })
 }
 
+/// A stored record `store get` and `store delete` found: an object, or a record whose stored
+/// value is not a valid object (with why), which `store delete` can still remove.
+#[derive(Clone)]
+enum Found {
+    Object(Object),
+    Unreadable(ObjectKey, String),
+}
+
+impl Found {
+    fn key(&self) -> ObjectKey {
+        match self {
+            Found::Object(o) => o.key(),
+            Found::Unreadable(k, _) => k.clone(),
+        }
+    }
+}
+
 async fn find(
     store: &dyn Store,
     kind: &KindSpec,
     name: &str,
     namespace: Option<&str>,
-) -> anyhow::Result<Vec<Object>> {
+) -> anyhow::Result<Vec<Found>> {
     let listing = store
         .list(&Selector {
             group: kind.group.clone(),
@@ -1802,16 +1819,23 @@ async fn find(
             namespace: None,
         })
         .await?;
-    let matching: Vec<Object> = listing
+    let matching: Vec<Found> = listing
         .objects
         .into_iter()
         .filter(|(k, _)| kind.matches(k) && k.name == name)
-        .map(|(_, o)| o)
+        .map(|(_, o)| Found::Object(o))
+        .chain(
+            listing
+                .unreadable
+                .into_iter()
+                .filter(|(k, _)| kind.matches(k) && k.name == name)
+                .map(|(k, why)| Found::Unreadable(k, why)),
+        )
         .collect();
-    let in_ns = |ns: &str| -> Vec<Object> {
+    let in_ns = |ns: &str| -> Vec<Found> {
         matching
             .iter()
-            .filter(|o| o.namespace() == ns)
+            .filter(|f| f.key().namespace == ns)
             .cloned()
             .collect()
     };
@@ -1835,7 +1859,7 @@ async fn find_one(
     kind: &str,
     name: &str,
     namespace: Option<&str>,
-) -> anyhow::Result<Option<Object>> {
+) -> anyhow::Result<Option<Found>> {
     let mut found = find(store, &KindSpec::parse(kind), name, namespace).await?;
     match found.len() {
         0 => {
@@ -1844,7 +1868,7 @@ async fn find_one(
         }
         1 => Ok(found.pop()),
         _ => {
-            let keys: Vec<String> = found.iter().map(|o| o.key().to_string()).collect();
+            let keys: Vec<String> = found.iter().map(|f| f.key().to_string()).collect();
             bail!(
                 "`{kind} {name}` is ambiguous: {}; name the group as KIND.GROUP",
                 keys.join(", ")
@@ -1887,6 +1911,19 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 .filter(|(k, _)| spec.as_ref().is_none_or(|s| s.matches(k)))
                 .map(|(_, o)| o)
                 .collect();
+            // Bad records are named, not allowed to hide the good ones.
+            for (key, why) in listing
+                .unreadable
+                .iter()
+                .filter(|(k, _)| spec.as_ref().is_none_or(|s| s.matches(k)))
+            {
+                tracing::warn!(record = %key, error = %why, "Stored record unreadable");
+                eprintln!(
+                    "warning: {}: the stored record is unreadable ({}); `driftless store delete` removes it",
+                    printable(&key.to_string()),
+                    printable(why)
+                );
+            }
             match output {
                 Some(format) => {
                     let list = serde_json::json!({
@@ -1929,10 +1966,14 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             output,
         } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
             None => Ok(1),
-            Some(one) => {
+            Some(Found::Object(one)) => {
                 print_object(&Value::from(one), output)?;
                 Ok(0)
             }
+            Some(Found::Unreadable(key, why)) => bail!(
+                "{}: the stored record is unreadable ({why}); `driftless store delete` removes it",
+                printable(&key.to_string())
+            ),
         },
         StoreCommand::Put { file, namespace } => {
             let (shown, bytes) = if file.as_os_str() == "-" {
@@ -2002,14 +2043,20 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             namespace,
         } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
             None => Ok(1),
-            Some(one) => {
+            Some(found) => {
+                let key = found.key();
+                let precondition = match &found {
+                    Found::Object(one) => Precondition::matching(Some(one)),
+                    // Its body does not parse; its version is read apart from it.
+                    Found::Unreadable(..) => match store.version_of(&key).await? {
+                        Some(rv) => Precondition::ResourceVersion(rv),
+                        None => Precondition::Any,
+                    },
+                };
                 store
-                    .commit(vec![Write::Delete {
-                        key: one.key(),
-                        precondition: Precondition::matching(Some(&one)),
-                    }])
+                    .commit(vec![Write::Delete { key, precondition }])
                     .await?;
-                println!("{} deleted", one.key());
+                println!("{} deleted", printable(&found.key().to_string()));
                 Ok(0)
             }
         },

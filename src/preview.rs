@@ -420,7 +420,8 @@ pub async fn list(store: &dyn Store, app: &str) -> store::Result<Vec<PreviewReco
             kind: Some(KIND.into()),
             namespace: Some(app.into()),
         })
-        .await?;
+        .await?
+        .complete()?;
     let mut out = Vec::new();
     for (key, obj) in listing.objects {
         out.push(

@@ -228,11 +228,14 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     conditions.len() != before
 }
 
-/// Reads every app status record in the store, sorted by app name.
+/// Reads every app status record in the store, sorted by app name. A record that cannot be
+/// read or does not parse is left out and logged (a warning naming it and why), so one bad
+/// record does not hide every app's status; `driftless store delete appstatus.driftless.io
+/// NAME` removes it.
 ///
 /// # Errors
 ///
-/// A store error, or [`store::Error::Corrupt`] when a record does not parse.
+/// A store error.
 pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
     let listing = store
         .list(&Selector {
@@ -241,13 +244,17 @@ pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
             namespace: None,
         })
         .await?;
+    for (key, why) in &listing.unreadable {
+        tracing::warn!(record = %key, error = %why, "App status record unreadable; left out");
+    }
     let mut out = Vec::new();
     for (key, obj) in listing.objects {
-        let status = AppStatus::from_record(&obj).map_err(|e| store::Error::Corrupt {
-            key,
-            source: Box::new(e),
-        })?;
-        out.push(status);
+        match AppStatus::from_record(&obj) {
+            Ok(status) => out.push(status),
+            Err(e) => {
+                tracing::warn!(record = %key, error = %e, "App status record does not parse; left out");
+            }
+        }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)

@@ -265,6 +265,7 @@ impl Ownership {
                 namespace: None,
             })
             .await
+            .and_then(store::Listing::complete)
             .map_err(Error::Store)?;
         let mut owners = BTreeMap::new();
         for (key, obj) in listing.objects {

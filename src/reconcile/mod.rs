@@ -117,17 +117,4 @@ pub struct Report {
     pub detect_only: bool,
 }
 
-/// An error and its sources, joined with `: `.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        src = inner.source();
-    }
-    s
-}
+pub use crate::store::error_chain;

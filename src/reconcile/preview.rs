@@ -330,6 +330,7 @@ impl Previews {
             Ok(l) => l
                 .objects
                 .keys()
+                .chain(l.unreadable.keys())
                 .filter_map(|k| k.name.strip_prefix(&prefix).map(str::to_string))
                 .collect(),
             Err(e) => {

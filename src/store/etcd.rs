@@ -621,6 +621,7 @@ impl EtcdStore {
         let mut from = start.into_bytes();
         let mut revision = 0i64;
         let mut objects = BTreeMap::new();
+        let mut unreadable = BTreeMap::new();
         loop {
             let mut o = GetOptions::new()
                 .with_range(end.clone())
@@ -637,8 +638,15 @@ impl EtcdStore {
                     continue;
                 };
                 if selector.matches(&key) {
-                    let o = self.decode_full(&key, kvp, revision).await?;
-                    objects.insert(key, o);
+                    match self.decode_full(&key, kvp, revision).await {
+                        Ok(o) => {
+                            objects.insert(key, o);
+                        }
+                        Err(e @ Error::Corrupt { .. }) => {
+                            unreadable.insert(key, super::error_chain(&e));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
             match resp.kvs().last() {
@@ -652,6 +660,7 @@ impl EtcdStore {
         Ok(Listing {
             revision: revision as u64,
             objects,
+            unreadable,
         })
     }
 }
@@ -801,6 +810,7 @@ impl Store for EtcdStore {
         Ok(Listing {
             revision: revision as u64,
             objects,
+            unreadable: BTreeMap::new(),
         })
     }
 

@@ -87,6 +87,7 @@ impl Store for MemoryStore {
         Ok(Listing {
             revision: inner.revision,
             objects,
+            unreadable: Default::default(),
         })
     }
 
@@ -101,6 +102,7 @@ impl Store for MemoryStore {
         Ok(Listing {
             revision: inner.revision,
             objects,
+            unreadable: Default::default(),
         })
     }
 

@@ -108,10 +108,27 @@ impl Precondition {
     ///
     /// [`Error::Conflict`] when it does not hold.
     pub fn check(self, key: &ObjectKey, current: Option<&Object>) -> Result<()> {
-        let found_rv = current.and_then(Object::resource_version);
+        self.check_found(
+            key,
+            current.is_some(),
+            current.and_then(Object::resource_version),
+        )
+    }
+
+    /// [`Precondition::check`] against only the version the store holds for `key` (`None`:
+    /// absent), for a delete that need not read, or cannot parse, the stored value.
+    ///
+    /// # Errors
+    ///
+    /// As [`Precondition::check`].
+    pub fn check_version(self, key: &ObjectKey, current: Option<u64>) -> Result<()> {
+        self.check_found(key, current.is_some(), current)
+    }
+
+    fn check_found(self, key: &ObjectKey, exists: bool, found_rv: Option<u64>) -> Result<()> {
         let ok = match self {
             Precondition::Any => true,
-            Precondition::Absent => current.is_none(),
+            Precondition::Absent => !exists,
             Precondition::ResourceVersion(rv) => found_rv == Some(rv),
         };
         if ok {
@@ -129,7 +146,7 @@ impl Precondition {
                 Precondition::Absent => "absent".into(),
                 Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
             },
-            found: describe(found_rv, current.is_some()),
+            found: describe(found_rv, exists),
         })
     }
 }
@@ -197,6 +214,22 @@ impl Selector {
     }
 }
 
+/// An error and its sources, joined with `: ` (a source whose text the message already holds
+/// is not repeated).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        src = inner.source();
+    }
+    s
+}
+
 /// A consistent read of many objects.
 #[derive(Clone, Debug, Default)]
 pub struct Listing {
@@ -204,6 +237,34 @@ pub struct Listing {
     pub revision: u64,
     /// The objects found, by key.
     pub objects: BTreeMap<ObjectKey, Object>,
+    /// Records [`Store::list`] found under the selector whose stored value is not a valid
+    /// object, with why: a listing names bad records instead of failing for every record.
+    /// Always empty from [`Store::get_many`], which fails instead. A caller that decides a
+    /// deletion from a listing must treat a non-empty map as incomplete data (see
+    /// [`Listing::complete`]).
+    pub unreadable: BTreeMap<ObjectKey, String>,
+}
+
+impl Listing {
+    /// The listing, or [`Error::Corrupt`] naming the first unreadable record: for callers that
+    /// must not act on incomplete data.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] when a record under the selector is unreadable.
+    pub fn complete(self) -> Result<Self> {
+        match self.unreadable.into_iter().next() {
+            Some((key, why)) => Err(Error::Corrupt {
+                key,
+                source: why.into(),
+            }),
+            None => Ok(Self {
+                revision: self.revision,
+                objects: self.objects,
+                unreadable: BTreeMap::new(),
+            }),
+        }
+    }
 }
 
 /// One change of the change feed. Events carry keys, not values: read the object when its
@@ -261,11 +322,12 @@ pub trait Store: Send + Sync + 'static {
     /// [`Error::Backend`] or [`Error::Corrupt`]. A partial read is never returned.
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing>;
 
-    /// Every object the selector matches, read at one revision.
+    /// Every object the selector matches, read at one revision. A record whose stored value is
+    /// not a valid object is named in [`Listing::unreadable`], not returned as an error.
     ///
     /// # Errors
     ///
-    /// [`Error::Backend`] or [`Error::Corrupt`].
+    /// [`Error::Backend`], or [`Error::Corrupt`] when the listing itself cannot be read.
     async fn list(&self, selector: &Selector) -> Result<Listing>;
 
     /// Applies `writes` atomically as one transaction with one new revision: all or nothing.

@@ -186,6 +186,21 @@ impl SqliteStore {
     }
 }
 
+/// The resourceVersion of the row under `key`, without reading its value; `None` when absent.
+fn read_rev(tx: &rusqlite::Transaction<'_>, key: &ObjectKey) -> Result<Option<u64>> {
+    tx.prepare_cached(
+        "SELECT rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+            r.get::<_, i64>(0)
+        })
+        .optional()
+    })
+    .map(|rev| rev.map(|r| r as u64))
+    .map_err(backend("commit"))
+}
+
 fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Result<Committed> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -196,12 +211,12 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
     let mut seq = 0i64;
     for w in writes {
         let key = w.key();
-        let old = read_one(&tx, &key)?;
         match w {
             Write::Put {
                 object,
                 precondition,
             } => {
+                let old = read_one(&tx, &key)?;
                 precondition.check(&key, old.as_ref())?;
                 let new = stamp(old.as_ref(), object, revision);
                 tx.prepare_cached(
@@ -222,7 +237,9 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 record_change(&tx, revision, seq, &key, false)?;
             }
             Write::Delete { precondition, .. } => {
-                precondition.check(&key, old.as_ref())?;
+                // Only the version is read: a record whose value does not parse can still go.
+                let old = read_rev(&tx, &key)?;
+                precondition.check_version(&key, old)?;
                 if old.is_none() {
                     continue;
                 }
@@ -357,7 +374,11 @@ impl Store for SqliteStore {
                     objects.insert(key, o);
                 }
             }
-            Ok(Listing { revision, objects })
+            Ok(Listing {
+                revision,
+                objects,
+                unreadable: Default::default(),
+            })
         })
         .await
     }
@@ -391,14 +412,25 @@ impl Store for SqliteStore {
                 )
                 .map_err(backend("list"))?;
             let mut objects = std::collections::BTreeMap::new();
+            let mut unreadable = std::collections::BTreeMap::new();
             for row in rows {
                 let (key, body) = row.map_err(backend("list"))?;
                 if selector.matches(&key) {
-                    let o = decode(&key, &body)?;
-                    objects.insert(key, o);
+                    match decode(&key, &body) {
+                        Ok(o) => {
+                            objects.insert(key, o);
+                        }
+                        Err(e) => {
+                            unreadable.insert(key, super::error_chain(&e));
+                        }
+                    }
                 }
             }
-            Ok(Listing { revision, objects })
+            Ok(Listing {
+                revision,
+                objects,
+                unreadable,
+            })
         })
         .await
     }
