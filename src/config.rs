@@ -368,42 +368,8 @@ pub struct WebhookConfig {
     pub secret: Spanned<SecretRef>,
 }
 
-/// Commit-status providers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    /// GitHub and GitHub Enterprise.
-    Github,
-    /// GitLab (gitlab.com or self-managed).
-    Gitlab,
-    /// Gitea and Forgejo.
-    Gitea,
-    /// Bitbucket Cloud.
-    Bitbucket,
-}
-
-impl Provider {
-    /// Lowercase name, as in the config and the metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Provider::Github => "github",
-            Provider::Gitlab => "gitlab",
-            Provider::Gitea => "gitea",
-            Provider::Bitbucket => "bitbucket",
-        }
-    }
-
-    /// The API base used when `apiUrl` is left out (`None` for Gitea, which has no public
-    /// default).
-    pub fn default_api_url(self) -> Option<&'static str> {
-        match self {
-            Provider::Github => Some("https://api.github.com"),
-            Provider::Gitlab => Some("https://gitlab.com"),
-            Provider::Gitea => None,
-            Provider::Bitbucket => Some("https://api.bitbucket.org"),
-        }
-    }
-}
+/// Commit-status providers: defined beside the code that talks to them.
+pub use crate::report::Provider;
 
 /// `apps[].status:`: commit statuses on the Git host.
 #[derive(Clone, Debug, Deserialize)]

@@ -23,9 +23,45 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use crate::config::Provider;
 use crate::health::Health;
 use crate::metrics::Metrics;
+
+/// Commit-status providers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// GitHub and GitHub Enterprise.
+    Github,
+    /// GitLab (gitlab.com or self-managed).
+    Gitlab,
+    /// Gitea and Forgejo.
+    Gitea,
+    /// Bitbucket Cloud.
+    Bitbucket,
+}
+
+impl Provider {
+    /// Lowercase name, as in the config and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Github => "github",
+            Provider::Gitlab => "gitlab",
+            Provider::Gitea => "gitea",
+            Provider::Bitbucket => "bitbucket",
+        }
+    }
+
+    /// The API base used when `apiUrl` is left out (`None` for Gitea, which has no public
+    /// default).
+    pub fn default_api_url(self) -> Option<&'static str> {
+        match self {
+            Provider::Github => Some("https://api.github.com"),
+            Provider::Gitlab => Some("https://gitlab.com"),
+            Provider::Gitea => None,
+            Provider::Bitbucket => Some("https://api.bitbucket.org"),
+        }
+    }
+}
 
 /// Longest description, in characters (GitHub's limit).
 pub const MAX_DESCRIPTION: usize = 140;
