@@ -187,8 +187,9 @@ impl SqliteStore {
 }
 
 /// The resourceVersion of the row under `key`, without reading its value; `None` when absent.
-fn read_rev(tx: &rusqlite::Transaction<'_>, key: &ObjectKey) -> Result<Option<u64>> {
-    tx.prepare_cached(
+/// `op` names the operation in a backend error.
+fn read_rev(c: &Connection, key: &ObjectKey, op: &'static str) -> Result<Option<u64>> {
+    c.prepare_cached(
         "SELECT rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
     )
     .and_then(|mut s| {
@@ -198,7 +199,7 @@ fn read_rev(tx: &rusqlite::Transaction<'_>, key: &ObjectKey) -> Result<Option<u6
         .optional()
     })
     .map(|rev| rev.map(|r| r as u64))
-    .map_err(backend("commit"))
+    .map_err(backend(op))
 }
 
 fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Result<Committed> {
@@ -238,7 +239,7 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
             }
             Write::Delete { precondition, .. } => {
                 // Only the version is read: a record whose value does not parse can still go.
-                let old = read_rev(&tx, &key)?;
+                let old = read_rev(&tx, &key, "commit")?;
                 precondition.check_version(&key, old)?;
                 if old.is_none() {
                     continue;
@@ -347,20 +348,8 @@ impl Store for SqliteStore {
 
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
         let key = key.clone();
-        self.with_conn("version_of", move |c| {
-            c.prepare_cached(
-                "SELECT rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .optional()
-            })
-            .map(|rev| rev.map(|r| r as u64))
-            .map_err(backend("version_of"))
-        })
-        .await
+        self.with_conn("version_of", move |c| read_rev(c, &key, "version_of"))
+            .await
     }
 
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
