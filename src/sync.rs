@@ -3,8 +3,14 @@
 //! One sync reads the app's inventory and the live objects, plans (see [`crate::diff`]), and
 //! commits every write, the new inventory included, as one store transaction. When a
 //! compare-and-swap precondition fails (someone wrote an object between the read and the
-//! commit), nothing was written: the sync reads again and plans again, a few times, then gives
-//! up with [`Error::Conflict`] and the caller retries later.
+//! commit), nothing was written: the sync reads again and plans again. An object whose write
+//! failed its compare twice is *contested* (another writer is changing it right now): the next
+//! attempt leaves it as it is (its step is skipped, it stays out of sync, its inventory entry is
+//! kept), so one busy object never fails the pass for the others; the change feed brings it
+//! back for a revert, where the fight rule throttles it. Up to [`MAX_CONTESTED`] objects are
+//! set aside this way; conflicts on the inventory or ownership records, or beyond that many
+//! objects, are retried [`CONFLICT_RETRIES`] times, then the sync gives up with
+//! [`Error::Conflict`] and the caller retries later.
 //!
 //! The inventory is the record of what this app applied: per object, the declaration as it was
 //! last applied. It is the basis of pruning (only inventory objects are ever deleted) and of the
@@ -28,8 +34,17 @@ use crate::store::{self, Precondition, Selector, Store, Write};
 /// Kind of the inventory records.
 pub const INVENTORY_KIND: &str = "Inventory";
 
-/// How many times a sync re-reads and re-plans after a compare-and-swap conflict.
+/// How many times a sync re-reads and re-plans after a compare-and-swap conflict on a record
+/// it cannot set aside (the inventory, the ownership index), or on an object once
+/// [`MAX_CONTESTED`] are set aside.
 pub const CONFLICT_RETRIES: usize = 5;
+
+/// How many contested objects (whose write failed its compare-and-swap because another writer
+/// changed them during the sync) one sync sets aside and leaves out of sync, to commit the rest.
+pub const MAX_CONTESTED: usize = 64;
+
+/// The skip reason of a contested object's step.
+pub const CONTESTED: &str = "contested: another writer changed it during this sync";
 
 /// Errors from a sync.
 #[derive(Debug, thiserror::Error)]
@@ -336,6 +351,9 @@ pub struct Outcome {
     pub inventory: Option<Inventory>,
     /// How many compare-and-swap conflicts were retried.
     pub retries: usize,
+    /// Objects set aside because another writer changed them during the sync (see the module
+    /// documentation): not written, out of sync, inventory entries kept.
+    pub contested: BTreeSet<ObjectKey>,
 }
 
 /// Plans and (unless `dry_run`) applies one sync. See the module documentation.
@@ -347,12 +365,28 @@ pub struct Outcome {
 /// nothing of this sync was written.
 pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
     let mut attempt = 0;
+    let mut retries = 0;
+    let mut conflicted = BTreeSet::new();
+    let mut contested = BTreeSet::new();
     loop {
-        match attempt_sync(store, req, attempt).await {
+        match attempt_sync(store, req, attempt, &contested).await {
             Err(Error::Store(e @ store::Error::Conflict { .. })) => {
                 attempt += 1;
                 tracing::debug!(attempt, error = %e, "Compare-and-swap conflict; planning again");
-                if attempt > CONFLICT_RETRIES {
+                let store::Error::Conflict { key, .. } = &e else {
+                    unreachable!("matched above")
+                };
+                // An object's first conflict is planned again; its second sets it aside.
+                if !key.is_reserved() && contested.len() < MAX_CONTESTED {
+                    if conflicted.insert((**key).clone()) {
+                        continue;
+                    }
+                    if contested.insert((**key).clone()) {
+                        continue;
+                    }
+                }
+                retries += 1;
+                if retries > CONFLICT_RETRIES {
                     return Err(Error::Conflict {
                         attempts: attempt,
                         source: e,
@@ -364,7 +398,12 @@ pub async fn sync(store: &dyn Store, req: &Request<'_>) -> Result<Outcome> {
     }
 }
 
-async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> Result<Outcome> {
+async fn attempt_sync(
+    store: &dyn Store,
+    req: &Request<'_>,
+    attempt: usize,
+    contested: &BTreeSet<ObjectKey>,
+) -> Result<Outcome> {
     // The caller's copy on the first attempt; after a conflict, the store's.
     let loaded;
     let cached = match req.inventory {
@@ -447,6 +486,9 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             Action::Create | Action::Update if req.hold.is_some_and(|h| h.contains(&step.key)) => {
                 step.skipped = Some("held: another writer keeps changing it back".into());
             }
+            Action::Create | Action::Update | Action::Delete if contested.contains(&step.key) => {
+                step.skipped = Some(CONTESTED.into());
+            }
             Action::Create | Action::Update | Action::Unchanged => {
                 // The write takes the target: a sync that writes keeps no second copy (a dry
                 // run keeps it for rendering).
@@ -518,6 +560,7 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
             live,
             inventory: fresh.then(|| inventory.clone()),
             retries: attempt,
+            contested: contested.clone(),
         });
     }
     let next = changed.then(|| {
@@ -617,6 +660,7 @@ async fn attempt_sync(store: &dyn Store, req: &Request<'_>, attempt: usize) -> R
         live: live_after,
         inventory: next,
         retries: attempt,
+        contested: contested.clone(),
     })
 }
 
@@ -976,6 +1020,78 @@ mod tests {
         assert_eq!(out.retries, 1);
         let live = store.get(&cm("a", "").key()).await.unwrap().unwrap();
         assert_eq!(live.get("data"), Some(&json!({"v": "git"})));
+    }
+
+    #[tokio::test]
+    async fn an_object_changed_before_every_commit_is_set_aside_and_the_rest_applied() {
+        // A store where another writer changes `busy` just before every commit, as a writer
+        // hammering one object would.
+        struct Busy {
+            inner: MemoryStore,
+            n: std::sync::atomic::AtomicUsize,
+        }
+        #[async_trait::async_trait]
+        impl Store for Busy {
+            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
+                self.inner.get(k).await
+            }
+            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
+                self.inner.version_of(k).await
+            }
+            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
+                self.inner.get_many(k).await
+            }
+            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
+                self.inner.list(s).await
+            }
+            async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
+                let n = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.inner
+                    .commit(vec![Write::Put {
+                        object: cm("busy", &format!("foreign-{n}")),
+                        precondition: Precondition::Any,
+                    }])
+                    .await?;
+                self.inner.commit(w).await
+            }
+            async fn revision(&self) -> store::Result<u64> {
+                self.inner.revision().await
+            }
+            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
+                self.inner.watch(from).await
+            }
+            fn backend(&self) -> &'static str {
+                "busy"
+            }
+        }
+        let store = Busy {
+            inner: MemoryStore::new(),
+            n: Default::default(),
+        };
+        let rev = Revision("r".into());
+        let desired = set(&[cm("a", "git"), cm("busy", "git"), cm("c", "git")]);
+        let out = sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        assert_eq!(out.contested, [cm("busy", "").key()].into());
+        let step = out
+            .plan
+            .steps
+            .iter()
+            .find(|s| s.key == cm("busy", "").key())
+            .unwrap();
+        assert_eq!(step.skipped.as_deref(), Some(CONTESTED));
+        for name in ["a", "c"] {
+            let live = store.get(&cm(name, "").key()).await.unwrap().unwrap();
+            assert_eq!(
+                live.get("data"),
+                Some(&json!({"v": "git"})),
+                "{name} applied"
+            );
+        }
+        // Not claimed while contested: the inventory lists what was applied.
+        let inv = Inventory::load(&store, "app").await.unwrap();
+        assert_eq!(inv.revision, Some(rev.clone()));
+        assert!(!inv.entries.contains_key(&cm("busy", "").key()));
+        assert_eq!(inv.entries.len(), 2);
     }
 
     #[tokio::test]

@@ -630,3 +630,117 @@ fn a_newer_commit_applied_by_a_sync_command_is_not_undone_by_the_running_agent()
     );
     assert_eq!(env.status()["revision"], env.repo.head());
 }
+
+/// Another writer hammering objects from its own process: `count` writes spread over `names`,
+/// as fast as SQLite takes them, until `stop`. Returns how many it made.
+fn hammer(
+    store: std::path::PathBuf,
+    names: Vec<String>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        use driftless::store::{Precondition, Store, Write};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let s =
+                driftless::store::sqlite::SqliteStore::open(&store, Default::default()).unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let name = &names[n as usize % names.len()];
+                let v: Value = serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "data": {"k": format!("theirs-{n}")},
+                });
+                s.commit(vec![Write::Put {
+                    object: driftless::object::Object::from_value(v).unwrap(),
+                    precondition: Precondition::Any,
+                }])
+                .await
+                .unwrap();
+                n += 1;
+                // About 1,000 writes a second at most.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            n
+        })
+    })
+}
+
+#[test]
+fn under_heavy_out_of_band_writes_reverts_are_throttled_and_new_commits_still_apply() {
+    // 300 objects polled every 2 s; another writer keeps changing 20 of them.
+    let env = Env::with_options("2s", "");
+    for i in 0..300 {
+        env.repo.write(
+            &format!("app/o{i}.yaml"),
+            configmap(&format!("o{i}"), &[("k", "git")]),
+        );
+    }
+    env.repo.commit("300 objects");
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(60), || {
+        env.status()["sync"] == "Synced"
+    });
+    let hammered: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = hammer(
+        env.dir.path().join("store.db"),
+        hammered.clone(),
+        stop.clone(),
+    );
+    // The agent reverts them until it sees a fight, says so, and reports the objects as
+    // differing from Git (not Synced) while it holds off.
+    env.wait("a fight named under load", Duration::from_secs(60), || {
+        condition(&env, "Contested")["status"] == "True"
+    });
+    env.wait(
+        "the fought objects reported out of sync",
+        Duration::from_secs(30),
+        || {
+            let st = env.status();
+            st["sync"] == "OutOfSync"
+                && st["resources"].as_array().unwrap().iter().any(|r| {
+                    hammered.iter().any(|h| r["name"] == h.as_str())
+                        && r["sync"] == "OutOfSync"
+                        && r["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("not reverted"))
+                })
+        },
+    );
+    // A commit pushed during the load is fetched and applied at the next polls.
+    env.repo
+        .write("app/fresh.yaml", configmap("fresh", &[("k", "new")]));
+    env.repo.commit("a new object during the load");
+    let took = env.wait(
+        "the new commit applied under load",
+        Duration::from_secs(40),
+        || env.get("configmap", "fresh").is_some(),
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.join().unwrap();
+    eprintln!("{writes} out-of-band writes; the new commit took {took:?}");
+    // Untouched objects were never reported out of sync for long, and once the writer stops,
+    // every held object is reverted when its hold ends.
+    env.wait("every object back to Git", Duration::from_secs(120), || {
+        hammered.iter().all(|h| {
+            env.get("configmap", h)
+                .is_some_and(|o| o["data"]["k"] == "git")
+        })
+    });
+    env.wait("synced", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    let (_, log) = agent.stop();
+    let reverts = log.matches("Drift reverted").count() as u64;
+    assert!(reverts >= 20, "{reverts} reverts\n{log}");
+    assert!(
+        reverts * 5 < writes,
+        "{reverts} reverts for {writes} writes: reverts were not throttled"
+    );
+    assert!(!log.contains("Sync failed"), "{log}");
+}

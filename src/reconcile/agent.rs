@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -101,6 +101,56 @@ impl Requested {
             FETCH => Some(Trigger::Fetch),
             _ => Some(Trigger::Manual),
         }
+    }
+}
+
+/// Most distinct keys one app's pending changes hold; beyond, the app looks at every object.
+pub const PENDING_MAX_KEYS: usize = 100_000;
+
+/// The store changes an app has not looked at yet, coalesced by key: however fast another
+/// writer changes an object, the app sees it once per pass, with the newest revision (which is
+/// what tells the app's own writes apart). The store watch adds to it without waiting, so a
+/// busy app never makes the feed fall behind; a relist, or more than [`PENDING_MAX_KEYS`]
+/// distinct keys, turns into one pass over every object.
+#[derive(Debug, Default)]
+struct Pending {
+    changes: std::sync::Mutex<Changes>,
+    notify: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Changes {
+    /// Key → newest revision seen.
+    keys: HashMap<ObjectKey, u64>,
+    /// Look at every object (a relist, or too many keys).
+    all: bool,
+}
+
+impl Pending {
+    fn add(&self, item: &WatchItem) {
+        {
+            let mut c = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+            match item {
+                WatchItem::Event(e) if !c.all => {
+                    let rev = c.keys.entry(e.key.clone()).or_insert(e.revision);
+                    *rev = (*rev).max(e.revision);
+                    if c.keys.len() > PENDING_MAX_KEYS {
+                        c.keys = HashMap::new();
+                        c.all = true;
+                    }
+                }
+                WatchItem::Event(_) => {}
+                WatchItem::Relist { .. } => {
+                    c.keys = HashMap::new();
+                    c.all = true;
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Changes {
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -210,7 +260,7 @@ impl Agent {
     /// true. Returns a handle for manual triggers and the task, which ends once every loop has
     /// finished its current reconcile.
     pub fn spawn(self, shutdown: watch::Receiver<bool>) -> (Handle, tokio::task::JoinHandle<()>) {
-        let (events, _) = broadcast::channel::<WatchItem>(4096);
+        let mut feeds = Vec::new();
         let mut triggers = HashMap::new();
         let mut loops = Vec::new();
         let readiness = Arc::new(Readiness::new(
@@ -221,11 +271,13 @@ impl Agent {
         for app in self.apps {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
+            let pending = Arc::new(Pending::default());
+            feeds.push(pending.clone());
             loops.push(AppLoop {
                 coordinated: self.coordinated.clone(),
                 gate: gates.get(app.name()).cloned(),
                 app: app.with_stop(shutdown.clone()),
-                events: events.subscribe(),
+                pending,
                 requested,
                 shutdown: shutdown.clone(),
                 readiness: readiness.clone(),
@@ -257,7 +309,7 @@ impl Agent {
             };
             let backend = store.backend();
             let watcher = tokio::spawn(
-                watch_store(store, start, events, shutdown)
+                watch_store(store, start, feeds, shutdown)
                     .instrument(tracing::info_span!("store_watch_loop", backend)),
             );
             let mut tasks = Vec::new();
@@ -329,11 +381,12 @@ async fn run_previews(
     tracing::info!("Previews stopped");
 }
 
-/// Follows the store's change feed and broadcasts it to the app loops, resuming after errors.
+/// Follows the store's change feed and hands it to the app loops (each coalesces what it has
+/// not looked at yet), resuming after errors.
 async fn watch_store(
     store: Arc<dyn Store>,
     mut from: u64,
-    events: broadcast::Sender<WatchItem>,
+    feeds: Vec<Arc<Pending>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::default();
@@ -350,7 +403,9 @@ async fn watch_store(
                                 WatchItem::Event(e) => from = e.revision.saturating_sub(1),
                                 WatchItem::Relist { revision } => from = *revision,
                             }
-                            let _ = events.send(item);
+                            for f in &feeds {
+                                f.add(&item);
+                            }
                         }
                         Some(Err(e)) => {
                             tracing::warn!(error = %error_chain(&e), "Store watch failed; resuming");
@@ -397,7 +452,7 @@ struct AppLoop {
     gate: Option<Gate>,
     /// With etcd replicas: true once the replicas know who holds what.
     coordinated: Option<watch::Receiver<bool>>,
-    events: broadcast::Receiver<WatchItem>,
+    pending: Arc<Pending>,
     requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
     readiness: Arc<Readiness>,
@@ -441,7 +496,7 @@ impl AppLoop {
                 self.app.announce().await;
                 holding = true;
                 // What the feed said while standing by is covered by the full reconcile now.
-                self.events = self.events.resubscribe();
+                self.pending.take();
                 next_fetch = Instant::now();
                 continue;
             }
@@ -475,16 +530,9 @@ impl AppLoop {
                         None => continue,
                     }
                 }
-                item = self.events.recv() => match item {
-                    Ok(item) => match self.collect(item) {
-                        Some(t) => t,
-                        None => continue,
-                    },
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::info!(skipped = n, "Change feed lagged; enforcing every object");
-                        Trigger::Enforce
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
+                _ = self.pending.notify.notified() => match self.collect() {
+                    Some(t) => t,
+                    None => continue,
                 },
             };
             let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
@@ -495,37 +543,31 @@ impl AppLoop {
                 self.latest.publish(self.app.status());
                 published = Some(self.app.status_changes());
             }
-            if fetch || self.app.failing() {
+            if fetch {
                 next_fetch = Instant::now() + delay;
+            } else if self.app.failing() {
+                // A failed change-feed pass is retried by a full one, never later than the
+                // fetch already due.
+                next_fetch = next_fetch.min(Instant::now() + delay);
             }
         }
         tracing::info!("Stopped");
     }
 
-    /// Turns a watch item, and any others already queued, into a trigger (or nothing when none
-    /// concerns this app).
-    fn collect(&mut self, first: WatchItem) -> Option<Trigger> {
-        let mut keys = BTreeSet::new();
-        let mut relist = false;
-        let mut take = |item: WatchItem, keys: &mut BTreeSet<ObjectKey>| match item {
-            WatchItem::Event(e) => {
-                if self.app.cares_about(&e.key, e.revision) {
-                    keys.insert(e.key);
-                }
-            }
-            WatchItem::Relist { .. } => relist = true,
-        };
-        take(first, &mut keys);
-        while let Ok(item) = self.events.try_recv() {
-            take(item, &mut keys);
+    /// Turns the pending changes into a trigger (or nothing when none concerns this app).
+    fn collect(&mut self) -> Option<Trigger> {
+        let changes = self.pending.take();
+        if changes.all {
+            tracing::info!("Change feed relisted; enforcing every object");
+            return Some(Trigger::Enforce);
         }
-        if relist {
-            Some(Trigger::Enforce)
-        } else if keys.is_empty() {
-            None
-        } else {
-            Some(Trigger::Keys(keys))
-        }
+        let keys: BTreeSet<ObjectKey> = changes
+            .keys
+            .into_iter()
+            .filter(|(k, rev)| self.app.cares_about(k, *rev))
+            .map(|(k, _)| k)
+            .collect();
+        (!keys.is_empty()).then_some(Trigger::Keys(keys))
     }
 }
 
@@ -547,6 +589,47 @@ mod tests {
         r.request(FETCH);
         assert_eq!(r.take(), Some(Trigger::Manual), "a manual sync is not lost");
         assert_eq!(r.take(), None);
+    }
+
+    fn event(name: &str, revision: u64) -> WatchItem {
+        WatchItem::Event(crate::store::Event {
+            revision,
+            key: ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: "default".into(),
+                name: name.into(),
+            },
+            deleted: false,
+        })
+    }
+
+    #[test]
+    fn a_flood_of_changes_to_a_few_objects_is_one_entry_each_with_the_newest_revision() {
+        let p = Pending::default();
+        for rev in 1..=100_000u64 {
+            p.add(&event(&format!("o{}", rev % 20), rev));
+        }
+        let c = p.take();
+        assert!(!c.all);
+        assert_eq!(c.keys.len(), 20, "coalesced by key, nothing dropped");
+        assert!(c.keys.values().all(|r| *r > 100_000 - 20));
+        assert!(p.take().keys.is_empty(), "taken once");
+    }
+
+    #[test]
+    fn too_many_distinct_keys_or_a_relist_become_one_pass_over_everything() {
+        let p = Pending::default();
+        for rev in 0..=PENDING_MAX_KEYS as u64 {
+            p.add(&event(&format!("o{rev}"), rev));
+        }
+        let c = p.take();
+        assert!(c.all && c.keys.is_empty(), "bounded memory");
+        p.add(&event("a", 1));
+        p.add(&WatchItem::Relist { revision: 2 });
+        p.add(&event("b", 3));
+        let c = p.take();
+        assert!(c.all && c.keys.is_empty());
     }
 
     #[test]

@@ -404,36 +404,32 @@ impl App {
             scope = None;
             fetch = true;
         }
-        // Objects being fought over wait for their hold to end.
-        let mut skip_enforce = false;
-        if let Some(keys) = &mut scope {
-            keys.retain(|k| {
+        // Objects being fought over wait for their hold to end; they are still planned (the
+        // sync holds their writes back), so that their status says they differ from Git.
+        if let Some(keys) = &scope {
+            for k in keys {
                 if self.fights.held(k, started) {
                     self.held_keys.insert(k.clone());
-                    false
                 } else {
                     self.held_keys.remove(k);
-                    true
                 }
-            });
-            skip_enforce = keys.is_empty();
+            }
         }
         if !self.windows.is_empty() {
             self.window_state = Some(window::state(&self.windows, chrono::Utc::now()));
         }
-        let mut failed = false;
+        let mut fetch_failed = false;
         if fetch && self.fetch_and_parse(&mut report).await.is_err() {
             if self.stopping() {
                 return (Duration::ZERO, report);
             }
-            failed = true;
+            fetch_failed = true;
         }
-        if self.in_force.is_some()
-            && !skip_enforce
-            && self.enforce(scope.as_ref(), &mut report).await.is_err()
-        {
-            failed = true;
+        let mut store_failed = false;
+        if self.in_force.is_some() && self.enforce(scope.as_ref(), &mut report).await.is_err() {
+            store_failed = true;
         }
+        let failed = fetch_failed || store_failed;
         self.compute_status();
         if !self.dry_run {
             self.report_commit_statuses(false);
@@ -447,7 +443,12 @@ impl App {
             }
         }
         let delay = if failed {
-            let d = self.backoff.fail();
+            let mut d = self.backoff.fail();
+            // Trouble writing the store backs off the retries, but never the fetches: a new
+            // commit is still fetched (and tried) every poll interval.
+            if !fetch_failed {
+                d = d.min(self.cfg.source.interval.value);
+            }
             tracing::info!(retry_in = ?d, "Reconcile failed; backing off");
             d
         } else {
@@ -925,6 +926,9 @@ impl App {
         for (key, rv) in &outcome.written {
             self.self_writes.insert(key.clone(), *rv);
         }
+        if !outcome.contested.is_empty() {
+            tracing::warn!(objects = ?outcome.contested, "Another writer changed these during the sync; left out of sync, retried from the change feed");
+        }
         let changed = report.summary.create + report.summary.update + report.summary.delete;
         if scope.is_some() && !dry_run {
             report.drift_reverted = changed;
@@ -1007,20 +1011,27 @@ impl App {
             let (sync_status, message) = match (step.action, &step.skipped) {
                 (Action::Unchanged, _) => (SyncStatus::Synced, None),
                 (Action::Create | Action::Update, None) if !dry_run => (SyncStatus::Synced, None),
-                (Action::Create, _) => (
+                (Action::Create, why) => (
                     SyncStatus::OutOfSync,
-                    Some("missing from the store".to_string()),
+                    Some(match why {
+                        Some(why) => format!("missing from the store; not created: {why}"),
+                        None => "missing from the store".to_string(),
+                    }),
                 ),
-                (Action::Update, _) => {
+                (Action::Update, why) => {
                     let fields: Vec<&str> = step
                         .changes
                         .iter()
                         .map(|c| c.path.as_str())
                         .take(5)
                         .collect();
+                    let fields = fields.join(", ");
                     (
                         SyncStatus::OutOfSync,
-                        Some(format!("differs from Git: {}", fields.join(", "))),
+                        Some(match why {
+                            Some(why) => format!("differs from Git: {fields}; not reverted: {why}"),
+                            None => format!("differs from Git: {fields}"),
+                        }),
                     )
                 }
                 (Action::Delete, Some(why)) => (
