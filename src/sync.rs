@@ -623,6 +623,22 @@ async fn attempt_sync(
             }
         }
     }
+    // A commit the store splits (etcd beyond one transaction) can stop part way, and a crash
+    // then would leave created objects no inventory lists, which nothing would ever prune. So
+    // the objects it creates are first recorded (and claimed) in a transaction of their own;
+    // the revision stays the one applied whole.
+    if let Some(next) = &next
+        && !store.commits_atomically(&writes)
+    {
+        let creates: Vec<&ObjectKey> = next
+            .entries
+            .keys()
+            .filter(|k| !inventory.entries.contains_key(*k) && !live.contains_key(*k))
+            .collect();
+        if !creates.is_empty() {
+            record_intent(store, req.app, inventory, next, &creates, &mut writes).await?;
+        }
+    }
     let committed = store.commit(writes).await.map_err(Error::Store)?;
     let mut next = match next {
         Some(n) => Some(n),
@@ -662,6 +678,80 @@ async fn attempt_sync(
         retries: attempt,
         contested: contested.clone(),
     })
+}
+
+/// Commits `inventory` with the `creates` of `next` added, and their claims in the ownership
+/// index, then points the inventory and index writes in `writes` at the versions it stored.
+async fn record_intent(
+    store: &dyn Store,
+    app: &str,
+    inventory: &Inventory,
+    next: &Inventory,
+    creates: &[&ObjectKey],
+    writes: &mut [Write],
+) -> Result<()> {
+    let mut intent = inventory.clone();
+    for k in creates {
+        intent
+            .entries
+            .insert((*k).clone(), next.entries[*k].clone());
+    }
+    let mut index = Ownership::load(store).await?;
+    // The index this sync planned with must still be the stored one: its write in `writes`
+    // (the final claims and releases) would otherwise overwrite another app's claim.
+    let planned = writes.iter().find_map(|w| match w {
+        Write::Put {
+            object,
+            precondition,
+        } if object.key() == Ownership::record_key() => Some(*precondition),
+        _ => None,
+    });
+    if let Some(planned) = planned {
+        planned
+            .check_version(&Ownership::record_key(), index.resource_version)
+            .map_err(Error::Store)?;
+    }
+    let before = index.clone();
+    for k in creates {
+        index
+            .owners
+            .entry((*k).clone())
+            .or_insert_with(|| app.to_string());
+    }
+    let version = |rv: Option<u64>| match rv {
+        Some(rv) => Precondition::ResourceVersion(rv),
+        None => Precondition::Absent,
+    };
+    let mut intent_writes = vec![Write::Put {
+        object: intent.to_record(),
+        precondition: version(inventory.resource_version),
+    }];
+    if index != before || index.resource_version.is_none() {
+        intent_writes.push(Write::Put {
+            object: index.to_record(),
+            precondition: version(index.resource_version),
+        });
+    }
+    let committed = store.commit(intent_writes).await.map_err(Error::Store)?;
+    tracing::debug!(
+        app,
+        objects = creates.len(),
+        "Recorded the objects to create before a commit split across transactions"
+    );
+    for stored in committed.stored {
+        let key = stored.key();
+        for w in writes.iter_mut() {
+            if let Write::Put {
+                object,
+                precondition,
+            } = w
+                && object.key() == key
+            {
+                *precondition = version(stored.resource_version());
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1092,6 +1182,86 @@ mod tests {
         assert_eq!(inv.revision, Some(rev.clone()));
         assert!(!inv.entries.contains_key(&cm("busy", "").key()));
         assert_eq!(inv.entries.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn objects_created_by_a_commit_that_stopped_part_way_are_still_pruned() {
+        // A store that splits commits of more than 4 writes, like etcd beyond one transaction,
+        // and whose process dies after the first part of the next split commit.
+        struct Splits {
+            inner: MemoryStore,
+            crash: std::sync::atomic::AtomicBool,
+        }
+        #[async_trait::async_trait]
+        impl Store for Splits {
+            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
+                self.inner.get(k).await
+            }
+            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
+                self.inner.version_of(k).await
+            }
+            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
+                self.inner.get_many(k).await
+            }
+            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
+                self.inner.list(s).await
+            }
+            async fn commit(&self, mut w: Vec<Write>) -> store::Result<store::Committed> {
+                if w.len() > 4 && self.crash.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    w.truncate(4);
+                    self.inner.commit(w).await?;
+                    return Err(store::Error::Backend {
+                        op: "commit",
+                        source: "the process died".into(),
+                    });
+                }
+                self.inner.commit(w).await
+            }
+            async fn revision(&self) -> store::Result<u64> {
+                self.inner.revision().await
+            }
+            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
+                self.inner.watch(from).await
+            }
+            fn backend(&self) -> &'static str {
+                "splits"
+            }
+            fn commits_atomically(&self, w: &[Write]) -> bool {
+                w.len() <= 4
+            }
+        }
+        let store = Splits {
+            inner: MemoryStore::new(),
+            crash: true.into(),
+        };
+        let rev = Revision("r1".into());
+        let ten: Vec<Object> = (0..10).map(|i| cm(&format!("o{i}"), "1")).collect();
+        let err = sync(&store, &req("app", &rev, &set(&ten))).await;
+        assert!(err.is_err(), "the first sync died part way");
+        let live = store.list(&Selector::default()).await.unwrap().objects;
+        assert_eq!(live.len(), 4, "four objects were created before it died");
+        // Every object it was creating is on record, and the revision is not applied whole.
+        let inv = Inventory::load(&store, "app").await.unwrap();
+        assert_eq!(inv.entries.len(), 10);
+        assert_eq!(inv.revision, None);
+        // They leave Git: a later sync prunes the four it created, and forgets the six it never
+        // did.
+        let rev2 = Revision("r2".into());
+        sync(&store, &req("app", &rev2, &set(&[cm("kept", "1")])))
+            .await
+            .unwrap();
+        let live: Vec<String> = store
+            .list(&Selector::default())
+            .await
+            .unwrap()
+            .objects
+            .keys()
+            .map(|k| k.name.clone())
+            .collect();
+        assert_eq!(live, vec!["kept"]);
+        let inv = Inventory::load(&store, "app").await.unwrap();
+        assert_eq!(inv.entries.len(), 1);
+        assert_eq!(inv.revision, Some(rev2));
     }
 
     #[tokio::test]

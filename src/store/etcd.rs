@@ -581,37 +581,48 @@ impl EtcdStore {
     /// the same limit) and `max_txn_bytes` of values (a value split into parts counts as its
     /// marker).
     fn chunks(&self, writes: Vec<Write>) -> Vec<Vec<Write>> {
+        let starts = self.chunk_starts(&writes);
+        let mut out = Vec::with_capacity(starts.len());
+        let mut rest = writes;
+        for start in starts.into_iter().skip(1).rev() {
+            out.push(rest.split_off(start));
+        }
+        if !rest.is_empty() {
+            out.push(rest);
+        }
+        out.reverse();
+        out
+    }
+
+    /// Where each chunk of [`Self::chunks`] starts (index into `writes`; the first is 0).
+    fn chunk_starts(&self, writes: &[Write]) -> Vec<usize> {
         let max_ops = self
             .opts
             .max_txn_ops
             .saturating_sub(usize::from(self.fence.is_some()))
             .max(1);
-        let mut out = Vec::new();
-        let mut chunk = Vec::new();
+        let mut starts = Vec::new();
+        let mut len = 0usize;
         let mut bytes = 0usize;
-        for w in writes {
+        for (i, w) in writes.iter().enumerate() {
             // A value above PART_BYTES goes in parts of its own; the transaction carries its
             // marker.
-            let size = match &w {
+            let size = match w {
                 Write::Put { object, .. } => {
                     let n = object.to_json().len();
                     if n > PART_BYTES { 256 } else { n + 64 }
                 }
                 Write::Delete { .. } => 64,
             } + self.opts.prefix.len();
-            if !chunk.is_empty()
-                && (chunk.len() >= max_ops || bytes + size > self.opts.max_txn_bytes)
-            {
-                out.push(std::mem::take(&mut chunk));
+            if i == 0 || len >= max_ops || bytes + size > self.opts.max_txn_bytes {
+                starts.push(i);
+                len = 0;
                 bytes = 0;
             }
             bytes += size;
-            chunk.push(w);
+            len += 1;
         }
-        if !chunk.is_empty() {
-            out.push(chunk);
-        }
-        out
+        starts
     }
 
     /// Lists every object under `start` (an etcd key prefix), paginated at one revision.
@@ -836,6 +847,10 @@ impl Store for EtcdStore {
             }
         }
         self.list_prefix(start, selector).await
+    }
+
+    fn commits_atomically(&self, writes: &[Write]) -> bool {
+        self.chunk_starts(writes).len() <= 1
     }
 
     async fn commit(&self, writes: Vec<Write>) -> Result<Committed> {

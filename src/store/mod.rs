@@ -360,6 +360,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name of the backend for logs and status (`sqlite`, `memory`, ...).
     fn backend(&self) -> &'static str;
+
+    /// True when [`Store::commit`] would apply `writes` as one transaction (all or nothing);
+    /// false when it would split them (etcd beyond its transaction limits). A sync that
+    /// creates objects records them in its inventory first when the commit is not atomic, so
+    /// that a crash part way cannot leave objects nobody owns. SQLite and memory: always true.
+    fn commits_atomically(&self, writes: &[Write]) -> bool {
+        let _ = writes;
+        true
+    }
 }
 
 /// Now as an RFC 3339 timestamp with seconds, e.g. `2026-11-29T12:00:00Z`.
