@@ -171,13 +171,30 @@ fn write_config(dir: &Path, repo: &Path, backend: &Backend, run: &str) -> PathBu
     std::fs::write(
         &cfg,
         format!(
-            "{}cacheDir: cache\nserver: {{listen: \"127.0.0.1:0\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            "{}cacheDir: cache\nserver: {{listen: \"127.0.0.1:{}\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
             backend.config(run),
+            free_port(),
             repo.display()
         ),
     )
     .unwrap();
     cfg
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The server address in a config written by [`write_config`].
+fn listen_addr(cfg: &Path) -> String {
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let at = text.find("listen: \"").unwrap() + "listen: \"".len();
+    text[at..].split('"').next().unwrap().to_string()
 }
 
 /// Runs `driftless sync`, returning (wall time, max RSS in KiB).
@@ -449,7 +466,7 @@ fn measure(
         .enable_all()
         .build()
         .unwrap();
-    let (mut latencies, agent_rss) = rt.block_on(async {
+    let (mut latencies, mut loaded, page_rate, agent_rss) = rt.block_on(async {
         let store = backend.open(&dir, &last_run).await;
         // Wait until the agent is up: its status says Synced.
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -463,9 +480,72 @@ fn measure(
             assert!(Instant::now() < deadline, "agent did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let quiet = revert_latencies(store.as_ref(), a.objects, a.changes, 0).await;
+        // The same with 30 clients reading the app's page in a loop (5,000+ rows each).
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let url = format!("http://{}/apps/bench", listen_addr(&last_cfg));
+        let mut readers = Vec::new();
+        for _ in 0..30 {
+            let (stop, url) = (stop.clone(), url.clone());
+            readers.push(tokio::spawn(async move {
+                let c = reqwest::Client::new();
+                let mut served = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Ok(r) = c.get(&url).send().await
+                        && r.status() == 200
+                        && r.bytes().await.is_ok()
+                    {
+                        served += 1;
+                    }
+                }
+                served
+            }));
+        }
+        let loaded_start = Instant::now();
+        let loaded = revert_latencies(store.as_ref(), a.objects, a.changes, 1).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut pages = 0;
+        for r in readers {
+            pages += r.await.unwrap();
+        }
+        let page_rate = pages as f64 / loaded_start.elapsed().as_secs_f64();
+        (quiet, loaded, page_rate, vm_hwm_kib(agent.id()))
+    });
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(agent.id().to_string())
+        .status();
+    let _ = wait_rusage(agent.id());
+    let drift_med = median(&mut latencies);
+    let drift_p99 = percentile(&mut latencies, 0.99);
+    let loaded_med = median(&mut loaded);
+    let loaded_p99 = percentile(&mut loaded, 0.99);
+    report(
+        a,
+        backend,
+        floor_label,
+        floor_med,
+        [cold_med, noop_med, agent_noop_med],
+        [cold_rss, noop_rss, agent_rss],
+        [drift_med, drift_p99, loaded_med, loaded_p99],
+        page_rate,
+    );
+}
+
+/// Writes one ConfigMap out of band `changes` times (`round` varies the choice) and measures
+/// until the running agent has written each back.
+async fn revert_latencies(
+    store: &dyn Store,
+    objects: usize,
+    changes: usize,
+    round: usize,
+) -> Vec<Duration> {
+    {
         let mut out = Vec::new();
-        for c in 0..a.changes {
-            let i = (c * 7919) % a.objects / 2 * 2; // a ConfigMap
+        for c in 0..changes {
+            let c = c + round * changes;
+            let a_objects = objects;
+            let i = (c * 7919) % a_objects / 2 * 2; // a ConfigMap
             let key = ObjectKey::new("", "ConfigMap", "default", format!("config-{i:06}"));
             let live = store.get(&key).await.unwrap().expect("object exists");
             let mut changed: Object = live.clone();
@@ -495,16 +575,22 @@ fn measure(
             }
             out.push(start.elapsed());
         }
-        (out, vm_hwm_kib(agent.id()))
-    });
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(agent.id().to_string())
-        .status();
-    let _ = wait_rusage(agent.id());
-    let drift_med = median(&mut latencies);
-    let drift_p99 = percentile(&mut latencies, 0.99);
+        out
+    }
+}
 
+/// Prints the table.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    a: &Args,
+    backend: &Backend,
+    floor_label: &str,
+    floor_med: Duration,
+    [cold_med, noop_med, agent_noop_med]: [Duration; 3],
+    [cold_rss, noop_rss, agent_rss]: [u64; 3],
+    [drift_med, drift_p99, loaded_med, loaded_p99]: [Duration; 4],
+    page_rate: f64,
+) {
     let ratio = |d: Duration| format!("{:.1}x", d.as_secs_f64() / floor_med.as_secs_f64());
     println!();
     println!(
@@ -537,6 +623,14 @@ fn measure(
     );
     println!("| drift-revert latency, median | {} | | |", ms(drift_med));
     println!("| drift-revert latency, p99 | {} | | |", ms(drift_p99));
+    println!(
+        "| drift-revert latency with 30 clients reading the app page ({page_rate:.0} pages/s served), median | {} | | |",
+        ms(loaded_med)
+    );
+    println!(
+        "| drift-revert latency with 30 clients reading the app page, p99 | {} | | |",
+        ms(loaded_p99)
+    );
     println!(
         "| running agent (`driftless run`) after the drift changes | | | {} MiB |",
         agent_rss / 1024

@@ -671,6 +671,7 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     };
     let (handle, join) = agent.spawn(rx.clone());
     let state = ServerState {
+        readers: Default::default(),
         store,
         handle,
         metrics: metrics.clone(),

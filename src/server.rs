@@ -331,25 +331,66 @@ pub struct ServerState {
     pub webhooks: WebhookSecrets,
     /// The apps' sources.
     pub apps: Arc<Vec<AppRoute>>,
+    /// Bounds the pages and API reads built at once.
+    pub readers: Readers,
+}
+
+/// How many pages and API answers (`/`, `/apps/...`, `GET /api/v1/apps...`) are built at once.
+/// More wait up to [`READ_WAIT`], then get 503 with `Retry-After: 1`: a crowd of readers takes
+/// at most this many cores' worth of work, and never the path reverts take. `/healthz`,
+/// `/readyz`, `/metrics`, the webhooks and the sync endpoint are not limited.
+pub const MAX_READS_IN_FLIGHT: usize = 2;
+
+/// How long a page or API read waits for its turn before it is refused with 503.
+pub const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The turns of page and API reads: [`MAX_READS_IN_FLIGHT`] at once.
+#[derive(Clone, Debug)]
+pub struct Readers(Arc<tokio::sync::Semaphore>);
+
+impl Default for Readers {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(MAX_READS_IN_FLIGHT)))
+    }
+}
+
+/// Runs a page or API read in its turn, or answers 503 when none comes within [`READ_WAIT`].
+async fn in_turn(
+    State(s): State<ServerState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match tokio::time::timeout(READ_WAIT, s.readers.0.clone().acquire_owned()).await {
+        Ok(Ok(_turn)) => next.run(req).await,
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "busy: too many page and API reads at once; retry\n",
+        )
+            .into_response(),
+    }
 }
 
 /// The router with every route of the module table.
 pub fn router(state: ServerState) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let reads = Router::new()
         .route("/api/v1/apps", get(list_apps))
         .route("/api/v1/apps/{name}", get(get_app))
-        .route("/api/v1/apps/{name}/sync", post(sync_app))
-        .route("/webhooks/github", post(github))
-        .route("/webhooks/gitea", post(gitea))
-        .route("/webhooks/gitlab", post(gitlab))
         .route("/", get(index_page))
         .route("/apps/{name}", get(app_page))
         .route("/api/v1/apps/{name}/previews", get(list_previews))
         .route("/api/v1/apps/{name}/previews/{number}", get(get_preview))
         .route("/apps/{name}/previews/{number}", get(preview_page))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), in_turn));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/apps/{name}/sync", post(sync_app))
+        .route("/webhooks/github", post(github))
+        .route("/webhooks/gitea", post(gitea))
+        .route("/webhooks/gitlab", post(gitlab))
+        .merge(reads)
         .layer(DefaultBodyLimit::max(MAX_WEBHOOK_BODY))
         .with_state(state)
 }
@@ -408,22 +449,61 @@ fn store_unreadable(s: &ServerState, e: &crate::store::Error, only: Option<&str>
     )
 }
 
-async fn statuses(s: &ServerState) -> Result<Vec<AppStatus>, Response> {
-    status::read_all(s.store.as_ref())
+/// Every app's status: from memory for the apps this agent runs (see
+/// [`crate::reconcile::Latest::current`]), from the store for the others (another replica's).
+async fn statuses(s: &ServerState) -> Result<Vec<Arc<AppStatus>>, Response> {
+    let latest = s.handle.latest();
+    let current: Vec<Arc<AppStatus>> = s
+        .apps
+        .iter()
+        .filter_map(|a| latest.current(&a.name))
+        .collect();
+    if current.len() == s.apps.len() {
+        return Ok(current);
+    }
+    let stored = status::read_all(s.store.as_ref())
         .await
-        .map_err(|e| store_unreadable(s, &e, None))
+        .map_err(|e| store_unreadable(s, &e, None))?;
+    Ok(stored
+        .into_iter()
+        .map(|a| latest.current(&a.name).unwrap_or_else(|| Arc::new(a)))
+        .collect())
+}
+
+/// One app's status: from memory when this agent runs it, else from the store.
+async fn app_status(
+    s: &ServerState,
+    name: &str,
+) -> Result<Option<Arc<AppStatus>>, crate::store::Error> {
+    if let Some(a) = s.handle.latest().current(name) {
+        return Ok(Some(a));
+    }
+    Ok(status::read(s.store.as_ref(), name).await?.map(Arc::new))
+}
+
+/// Builds a large answer off the async workers (which run the reconciles).
+async fn build(f: impl FnOnce() -> Response + Send + 'static) -> Response {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 async fn list_apps(State(s): State<ServerState>) -> Response {
     match statuses(&s).await {
-        Ok(apps) => json_response(StatusCode::OK, json!({ "apps": apps })),
+        Ok(apps) => {
+            build(move || {
+                let apps: Vec<&AppStatus> = apps.iter().map(|a| &**a).collect();
+                json_response(StatusCode::OK, json!({ "apps": apps }))
+            })
+            .await
+        }
         Err(r) => r,
     }
 }
 
 async fn get_app(State(s): State<ServerState>, Path(name): Path<String>) -> Response {
-    match status::read(s.store.as_ref(), &name).await {
-        Ok(Some(app)) => json_response(StatusCode::OK, json!(app)),
+    match app_status(&s, &name).await {
+        Ok(Some(app)) => build(move || json_response(StatusCode::OK, json!(*app))).await,
         Ok(None) => json_response(
             StatusCode::NOT_FOUND,
             json!({"error": format!("no app named `{name}`")}),
@@ -832,7 +912,7 @@ async fn index_page(State(s): State<ServerState>) -> Response {
 }
 
 async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Response {
-    let app = match status::read(s.store.as_ref(), &name).await {
+    let app = match app_status(&s, &name).await {
         Ok(Some(a)) => a,
         Ok(None) => {
             return (
@@ -849,6 +929,19 @@ async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Res
                 .into_response();
         }
     };
+    // Only apps with previews have preview records to read.
+    let previews = if s.apps.iter().any(|a| a.name == name && a.previews) {
+        preview::list(s.store.as_ref(), &name)
+            .await
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    build(move || render_app_page(&app, &name, &previews)).await
+}
+
+/// The page of one app: its status, conditions, diagnostics, objects and previews.
+fn render_app_page(app: &AppStatus, name: &str, previews: &[PreviewRecord]) -> Response {
     let mut body = format!(
         "<h1>{}</h1><p>sync <b>{}</b>, health <b>{}</b>, revision <code>{}</code> (newest tried <code>{}</code>){}</p>",
         esc(&app.name),
@@ -892,14 +985,12 @@ async fn app_page(State(s): State<ServerState>, Path(name): Path<String>) -> Res
         ));
     }
     body.push_str("</table>");
-    if let Ok(previews) = preview::list(s.store.as_ref(), &name).await
-        && !previews.is_empty()
-    {
+    if !previews.is_empty() {
         body.push_str("<h2>Pull-request previews</h2><ul>");
-        for p in &previews {
+        for p in previews {
             body.push_str(&format!(
                 "<li><a href=\"/apps/{}/previews/{}\">{}</a> <code>{}</code>: {}</li>",
-                esc(&name),
+                esc(name),
                 esc(&p.number),
                 esc(&p.number),
                 esc(&p.revision[..p.revision.len().min(12)]),

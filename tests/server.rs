@@ -930,3 +930,89 @@ async fn health_probes_answer_during_a_slowloris_attack() {
         "an attacker's connection was held {held_longest:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_come_from_the_agents_memory_and_a_crowd_of_readers_takes_turns() {
+    let env = Env::new();
+    let agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    // The app's status record in the store is damaged behind the agent's back: the pages and
+    // the API do not read it, they show what the agent computed.
+    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
+    db.execute(
+        "UPDATE objects SET body = '{not json' WHERE kind = 'AppStatus' AND name = 'demo'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    let c = client();
+    let page = c.get(format!("{base}/apps/demo")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(page.contains("ConfigMap default/a"), "{page}");
+    let apps: Value = c
+        .get(format!("{base}/api/v1/apps"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(apps["apps"][0]["name"], "demo", "{apps}");
+    // Thirty readers at once (one client may hold 32 connections), for three seconds: each gets the page or a 503 that says when to
+    // retry, none fails otherwise, and a change made meanwhile is reverted.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..30 {
+        let c = c.clone();
+        let url = format!("{base}/apps/demo");
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            let (mut ok, mut busy) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let r = c.get(&url).send().await.unwrap();
+                match r.status().as_u16() {
+                    200 => ok += 1,
+                    503 => {
+                        assert_eq!(r.headers()["retry-after"], "1");
+                        busy += 1;
+                    }
+                    other => panic!("{other}"),
+                }
+            }
+            (ok, busy)
+        }));
+    }
+    let put = {
+        let env_cmd = env.cmd();
+        let f = env.dir.path().join("drift.yaml");
+        std::fs::write(&f, configmap("a", &[("k", "drift")])).unwrap();
+        (env_cmd, f)
+    };
+    let (mut cmd, f) = put;
+    let out = tokio::task::spawn_blocking(move || {
+        cmd.args(["store", "put", "-f", f.to_str().unwrap()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut served = 0;
+    for r in readers {
+        let (ok, _busy) = r.await.unwrap();
+        served += ok;
+    }
+    assert!(served > 0);
+    env.wait("the drift reverted", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let (_, log) = agent.stop();
+    assert!(log.contains("Drift reverted"), "{log}");
+}

@@ -50,9 +50,20 @@ impl Readiness {
 /// The status of each app as this agent last computed it, whether or not the store took it:
 /// what the API shows when the store cannot be read (etcd down). An app this replica stands by
 /// for keeps the status it had when the replica last ran it; one it never ran is absent.
+///
+/// The apps this agent runs now have a *current* status ([`Latest::current`]): the one it
+/// wrote last. The pages and the API serve that from memory, so reading them never waits on
+/// the store the reverts write to.
 #[derive(Debug, Default)]
 pub struct Latest {
-    statuses: std::sync::Mutex<std::collections::BTreeMap<String, crate::status::AppStatus>>,
+    statuses: std::sync::Mutex<std::collections::BTreeMap<String, Published>>,
+}
+
+#[derive(Debug)]
+struct Published {
+    status: Arc<crate::status::AppStatus>,
+    /// True while this agent runs the app (holds it, with replicas).
+    running: bool,
 }
 
 impl Latest {
@@ -60,7 +71,26 @@ impl Latest {
         self.statuses
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(status.name.clone(), status.clone());
+            .insert(
+                status.name.clone(),
+                Published {
+                    status: Arc::new(status.clone()),
+                    running: true,
+                },
+            );
+    }
+
+    /// This agent no longer runs `app` (another replica holds it): its status is no longer
+    /// current.
+    fn stand_by(&self, app: &str) {
+        if let Some(p) = self
+            .statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(app)
+        {
+            p.running = false;
+        }
     }
 
     /// The statuses, by app name.
@@ -69,8 +99,19 @@ impl Latest {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .cloned()
+            .map(|p| (*p.status).clone())
             .collect()
+    }
+
+    /// The status of `app` when this agent runs it now (the one it last wrote); `None` when it
+    /// does not run it, or has not finished a reconcile of it yet.
+    pub fn current(&self, app: &str) -> Option<Arc<crate::status::AppStatus>> {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(app)
+            .filter(|p| p.running)
+            .map(|p| p.status.clone())
     }
 }
 
@@ -479,6 +520,8 @@ impl AppLoop {
                 if holding {
                     tracing::warn!("This replica no longer holds the app; standing by");
                 }
+                self.latest.stand_by(self.app.name());
+                published = None;
                 // A standby replica is ready once it knows who holds what: it serves, and takes
                 // the app when it is free.
                 let known = self.coordinated.as_ref().is_none_or(|c| *c.borrow());
