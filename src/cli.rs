@@ -1515,7 +1515,7 @@ fn print_table<R: AsRef<[String]>>(rows: &[R]) {
     let n = rows.first().map_or(0, |r| r.as_ref().len());
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.as_ref().iter().map(|c| printable(c)).collect())
+        .map(|r| r.as_ref().iter().map(|c| object::printable(c)).collect())
         .collect();
     let mut widths = vec![0usize; n];
     for r in &rows {
@@ -1535,22 +1535,6 @@ fn print_table<R: AsRef<[String]>>(rows: &[R]) {
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
-}
-
-/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`).
-fn printable(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_string();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors.
@@ -1921,8 +1905,8 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 tracing::warn!(record = %key, error = %why, "Stored record unreadable");
                 eprintln!(
                     "warning: {}: the stored record is unreadable ({}); `driftless store delete` removes it",
-                    printable(&key.to_string()),
-                    printable(why)
+                    object::printable(&key.to_string()),
+                    object::printable(why)
                 );
             }
             match output {
@@ -1973,7 +1957,7 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             }
             Some(Found::Unreadable(key, why)) => bail!(
                 "{}: the stored record is unreadable ({why}); `driftless store delete` removes it",
-                printable(&key.to_string())
+                object::printable(&key.to_string())
             ),
         },
         StoreCommand::Put { file, namespace } => {
@@ -2057,7 +2041,7 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 store
                     .commit(vec![Write::Delete { key, precondition }])
                     .await?;
-                println!("{} deleted", printable(&found.key().to_string()));
+                println!("{} deleted", object::printable(&found.key().to_string()));
                 Ok(0)
             }
         },
@@ -2070,9 +2054,9 @@ mod tests {
 
     #[test]
     fn table_cells_never_carry_raw_control_characters() {
-        assert_eq!(printable("plain"), "plain");
+        assert_eq!(object::printable("plain"), "plain");
         assert_eq!(
-            printable("evil\nconfigmap  forged\u{1b}[2J\0"),
+            object::printable("evil\nconfigmap  forged\u{1b}[2J\0"),
             "evil\\nconfigmap  forged\\u{1b}[2J\\u{0}"
         );
     }

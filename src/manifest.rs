@@ -78,12 +78,17 @@ impl Diagnostic {
 }
 
 impl fmt::Display for Diagnostic {
-    /// `path:line:column: severity: message`, the format of `driftless validate`.
+    /// `path:line:column: severity: message`, the format of `driftless validate`, with
+    /// control characters escaped ([`object::printable`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{}:{}:{}: {}: {}",
-            self.path, self.line, self.column, self.severity, self.message
+            object::printable(&self.path),
+            self.line,
+            self.column,
+            self.severity,
+            object::printable(&self.message)
         )
     }
 }

@@ -420,6 +420,24 @@ fn is_label_shaped(p: &str) -> bool {
         && p.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
+/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`): what
+/// any output that quotes a name, path or value read from outside prints, so that a newline
+/// cannot forge a line and an escape sequence cannot reach the terminal.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// RFC 1123 label (namespaces, Services, app names): at most 63 characters of lowercase
 /// letters, digits and `-`, starting and ending with a letter or digit.
 pub fn dns1123_label_error(s: &str) -> Option<String> {

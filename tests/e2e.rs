@@ -855,6 +855,21 @@ fn store_put_refuses_malformed_resource_versions_and_namespaces() {
         "{}",
         stderr(&bad_ns)
     );
+    // A name with a newline and a terminal escape is refused, and the error shows them escaped:
+    // no forged line, no escape sequence reaching the terminal.
+    std::fs::write(
+        &f,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \"evil\\nforged\\e[31m\"\ndata: {k: v}\n",
+    )
+    .unwrap();
+    let evil = env.run(&["store", "put", "-f", f.to_str().unwrap()]);
+    assert_eq!(evil.status.code(), Some(1));
+    let err = stderr(&evil);
+    assert!(
+        err.contains("invalid metadata.name `evil\\nforged\\u{1b}[31m`"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}') && err.lines().count() == 2, "{err}");
 }
 
 #[test]
