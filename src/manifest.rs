@@ -1037,6 +1037,17 @@ fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, Stri
                 format!("invalid API group `{g}` in apiVersion `{api_version}`: {p}"),
             ));
         }
+        // The core group has no name in an apiVersion: `core/v1` is refused by the API server
+        // (no group `core`), and would slip past every rule written for the core kinds
+        // (Secrets' masking, cluster scope).
+        if g == "core" {
+            return Some((
+                "apiVersion",
+                format!(
+                    "invalid apiVersion `{api_version}`: the core API group has no name; write `{version}`"
+                ),
+            ));
+        }
         if g == object::RESERVED_GROUP {
             return Some((
                 "apiVersion",
@@ -1147,6 +1158,21 @@ mod tests {
             .filter(|d| d.is_error())
             .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
             .collect()
+    }
+
+    #[test]
+    fn the_core_group_written_by_name_is_refused_and_its_secret_values_not_quoted() {
+        let r = one(
+            "apiVersion: core/v1\nkind: Secret\nmetadata:\n  name: s\nstringData: {password: hunter2}\n",
+        );
+        let e = errors(&r);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("the core API group has no name; write `v1`"),
+            "{e:?}"
+        );
+        assert!(!e[0].contains("hunter2"));
+        assert!(r.objects.is_empty());
     }
 
     #[test]
