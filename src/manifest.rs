@@ -276,9 +276,35 @@ pub fn parse_file(path: &str, bytes: &[u8]) -> FileResult {
     parse_file_with(path, bytes, Mode::Git)
 }
 
+/// What a file named like `path` says about its folder when it has to be rendered before
+/// it can be applied: a Kustomize overlay (`kustomization.yaml`, `kustomization.yml` or
+/// `Kustomization`, the names `kustomize build` looks for) or a Helm chart (`Chart.yaml`).
+fn needs_rendering(path: &str) -> Option<&'static str> {
+    match path.rsplit('/').next().unwrap_or(path) {
+        "kustomization.yaml" | "kustomization.yml" | "Kustomization" => {
+            Some("a Kustomize overlay (kustomization file)")
+        }
+        "Chart.yaml" => Some("a Helm chart (Chart.yaml)"),
+        _ => None,
+    }
+}
+
 /// [`parse_file`] with a choice of [`Mode`].
 pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
     let mut out = FileResult::default();
+    if mode == Mode::Git
+        && let Some(what) = needs_rendering(path)
+    {
+        out.diagnostics.push(Diagnostic::error(
+            path,
+            1,
+            1,
+            format!(
+                "{what}: driftless does not render it yet, and applying the folder's files as plain manifests would apply the wrong objects; point `source.path` at a folder of plain manifests (for example the committed output of `kustomize build` or `helm template`); nothing applied"
+            ),
+        ));
+        return out;
+    }
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
@@ -669,10 +695,9 @@ impl Ctx<'_> {
         let api_version_s = string_of(api_version);
         let kind_s = string_of(kind);
         if api_version_s.starts_with("kustomize.config.k8s.io/") {
-            self.out.skipped += 1;
-            self.warning(
+            self.error(
                 at,
-                format!("skipped: {kind_s} ({api_version_s}) configures kustomize and is not an object; driftless applies plain manifests"),
+                format!("{kind_s} ({api_version_s}) configures kustomize and is not an object: driftless does not render Kustomize yet; point `source.path` at a folder of plain manifests; nothing applied"),
             );
             return;
         }
@@ -1345,11 +1370,28 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         assert_eq!(r.diagnostics[0].severity, Severity::Warning);
         assert!(r.objects.is_empty());
+    }
+
+    #[test]
+    fn a_kustomization_or_a_chart_is_an_error_until_rendering_exists() {
         let k = one(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [a.yaml]\n",
         );
-        assert_eq!(k.skipped, 1);
-        assert!(!k.diagnostics[0].is_error());
+        assert!(errors(&k)[0].contains("configures kustomize"), "{k:?}");
+        for name in [
+            "app/kustomization.yaml",
+            "kustomization.yml",
+            "x/Kustomization",
+            "chart/Chart.yaml",
+        ] {
+            let r = parse_file(name, b"resources: [a.yaml]\n");
+            let e = errors(&r);
+            assert_eq!(e.len(), 1, "{name}: {e:?}");
+            assert!(e[0].starts_with("1:1: a "), "{name}: {e:?}");
+            assert!(e[0].contains("nothing applied"));
+        }
+        // Files that only look alike are parsed as usual.
+        assert!(parse_file("charts.yaml", b"a: 1\n").diagnostics[0].severity == Severity::Warning);
     }
 
     #[test]

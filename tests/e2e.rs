@@ -1076,3 +1076,50 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
 }
+
+#[test]
+fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_to_do() {
+    // The Flux example's staging overlay: a patch fragment over a base it cannot see.
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let overlay = common::data_dir().join("corpus/flux2-kustomize-helm-example/apps/staging");
+    for f in std::fs::read_dir(&overlay).unwrap() {
+        let f = f.unwrap();
+        env.repo.write(
+            &format!("app/staging/{}", f.file_name().to_str().unwrap()),
+            std::fs::read(f.path()).unwrap(),
+        );
+    }
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("an overlay");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("app/staging/kustomization.yaml:1:1: error: a Kustomize overlay"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        env.get("configmap", "a").unwrap()["data"]["k"],
+        "1",
+        "nothing applied"
+    );
+    assert_eq!(env.status()["sync"], "Unknown");
+    // `validate` says the same and exits 1.
+    let out = env.run(&["validate", env.repo.path().join("app").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    // A chart is the same.
+    env.repo.remove("app/staging");
+    env.repo.write(
+        "app/chart/Chart.yaml",
+        "apiVersion: v2\nname: c\nversion: 0.1.0\n",
+    );
+    env.repo.commit("a chart");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("app/chart/Chart.yaml:1:1: error: a Helm chart"),
+        "{}",
+        stderr(&out)
+    );
+}
