@@ -61,6 +61,17 @@ pub enum Error {
         #[source]
         source: store::Error,
     },
+    /// Another process applied a revision to this app after the caller last looked (its
+    /// [`Request::inventory`] copy names another revision, and the stored one is neither that
+    /// nor the one being applied): applying the caller's revision could roll the app back to an
+    /// older commit. Nothing was written; adopt the stored inventory, fetch again, then sync.
+    #[error("another process applied revision {} to app {app} since it was last read; fetch again before applying", found.as_ref().map_or("(none)", |r| r.0.as_str()))]
+    Superseded {
+        /// The app.
+        app: String,
+        /// The revision the stored inventory names.
+        found: Option<Revision>,
+    },
     /// An inventory record does not parse.
     #[error("inventory of app {app} is unreadable")]
     Inventory {
@@ -427,6 +438,19 @@ async fn attempt_sync(
             &loaded
         }
     };
+    // A full sync must not undo a revision another process applied meanwhile.
+    if fresh
+        && req.scope.is_none()
+        && !req.dry_run
+        && let Some(seen) = req.inventory
+        && inventory.revision != seen.revision
+        && inventory.revision.as_ref() != Some(req.revision)
+    {
+        return Err(Error::Superseded {
+            app: req.app.to_string(),
+            found: inventory.revision.clone(),
+        });
+    }
     let mut desired: BTreeMap<&ObjectKey, &Object> = match req.scope {
         Some(scope) => scope
             .iter()
@@ -549,8 +573,13 @@ async fn attempt_sync(
         None => Some(req.source.to_string()),
         Some(_) => inventory.source.clone(),
     };
-    let changed =
-        !updates.is_empty() || revision != inventory.revision || source != inventory.source;
+    // A full sync that writes objects also writes the inventory (compared and swapped, even
+    // unchanged): its plan then holds only if nobody applied another revision meanwhile.
+    let writes_objects = !writes.is_empty();
+    let changed = !updates.is_empty()
+        || revision != inventory.revision
+        || source != inventory.source
+        || (req.scope.is_none() && writes_objects);
     if req.dry_run {
         return Ok(Outcome {
             plan,
@@ -1262,6 +1291,87 @@ mod tests {
         let inv = Inventory::load(&store, "app").await.unwrap();
         assert_eq!(inv.entries.len(), 1);
         assert_eq!(inv.revision, Some(rev2));
+    }
+
+    #[tokio::test]
+    async fn a_sync_planned_before_another_process_applied_a_newer_revision_writes_nothing() {
+        let store = MemoryStore::new();
+        let (b, c) = (Revision("b".into()), Revision("c".into()));
+        let with = set(&[cm("x", "1"), cm("victim", "1")]);
+        let without = set(&[cm("x", "1")]);
+        let prune = PlanOptions {
+            prune: true,
+            allow_empty: false,
+        };
+        // A `driftless sync` read the inventory at b; then the agent applied c, which drops
+        // `victim`.
+        let seen = sync(
+            &store,
+            &Request {
+                options: prune,
+                ..req("app", &b, &with)
+            },
+        )
+        .await
+        .unwrap()
+        .inventory
+        .unwrap();
+        sync(
+            &store,
+            &Request {
+                options: prune,
+                ..req("app", &c, &without)
+            },
+        )
+        .await
+        .unwrap();
+        let before = store.revision().await.unwrap();
+        // The late sync of b is refused whole: no resurrected victim, no rollback.
+        let late = sync(
+            &store,
+            &Request {
+                options: prune,
+                inventory: Some(&seen),
+                ..req("app", &b, &with)
+            },
+        )
+        .await;
+        match late {
+            Err(Error::Superseded { found, .. }) => assert_eq!(found, Some(c.clone())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.revision().await.unwrap(), before, "nothing written");
+        assert!(store.get(&cm("victim", "").key()).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_full_sync_that_writes_objects_compares_and_swaps_the_inventory() {
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        let desired = set(&[cm("a", "1")]);
+        let first = sync(&store, &req("app", &rev, &desired)).await.unwrap();
+        let inv = first.inventory.unwrap();
+        // Drift a periodic full pass finds: the object is written, and the inventory too (same
+        // content), so that the pass's plan is checked against the inventory it was made with.
+        store
+            .commit(vec![Write::Put {
+                object: cm("a", "drift"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        let out = sync(
+            &store,
+            &Request {
+                inventory: Some(&inv),
+                ..req("app", &rev, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        let after = out.inventory.expect("the inventory was written");
+        assert!(after.resource_version > inv.resource_version);
+        assert_eq!(after.entries, inv.entries);
     }
 
     #[tokio::test]

@@ -94,6 +94,9 @@ pub struct App {
     /// Becomes true when the agent stops: a fetch in progress is abandoned (it writes nothing
     /// the next start cannot redo).
     stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Set by a sync refused with [`sync::Error::Superseded`]; the reconcile adopts and
+    /// fetches again.
+    superseded: bool,
     /// The app's sync windows, and their state at the last reconcile.
     windows: Vec<Window>,
     window_state: Option<window::State>,
@@ -209,6 +212,7 @@ impl App {
             metrics: None,
             health_rules: health::CustomRules::none(),
             stop: None,
+            superseded: false,
         })
     }
 
@@ -428,6 +432,27 @@ impl App {
         let mut store_failed = false;
         if self.in_force.is_some() && self.enforce(scope.as_ref(), &mut report).await.is_err() {
             store_failed = true;
+        }
+        // Another process (a `driftless sync`) applied a revision since this app last read
+        // the inventory: adopt it, fetch (the newest commit, which is never older than what
+        // it applied), and apply that instead of rolling the app back. Once per reconcile.
+        if std::mem::take(&mut self.superseded) {
+            self.adopt_inventory().await;
+            store_failed = false;
+            if self.fetch_and_parse(&mut report).await.is_err() {
+                if self.stopping() {
+                    return (Duration::ZERO, report);
+                }
+                fetch_failed = true;
+            }
+            if self.in_force.is_some() && self.enforce(None, &mut report).await.is_err() {
+                store_failed = true;
+                if std::mem::take(&mut self.superseded) {
+                    self.sync_error = Some(
+                        "other processes keep applying revisions to this app; retrying".into(),
+                    );
+                }
+            }
         }
         let failed = fetch_failed || store_failed;
         self.compute_status();
@@ -909,6 +934,11 @@ impl App {
         };
         let outcome = match outcome {
             Ok(o) => o,
+            Err(sync::Error::Superseded { found, .. }) => {
+                tracing::info!(revision = ?found.as_ref().map(Revision::short), "Another process applied a revision meanwhile; adopting it and fetching again before applying");
+                self.superseded = true;
+                return Err(());
+            }
             Err(e) => {
                 let message = error_chain(&e);
                 tracing::warn!(error = %message, "Sync failed");
