@@ -934,3 +934,29 @@ fn until_a_new_revision_is_applied_whole_drift_is_reverted_to_the_one_applied() 
     assert!(p.value("huge").is_none());
     kill(&mut agent);
 }
+
+#[tokio::test]
+async fn a_record_another_writer_damaged_can_be_deleted_by_its_version() {
+    let server = start_etcd(&[]).await;
+    let s = store(&server, "/damaged", 128).await;
+    s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Any)])
+        .await
+        .unwrap();
+    // Another writer puts a value that is not an object under the key.
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    raw.put("/damaged//ConfigMap/default/a", "not json {{{", None)
+        .await
+        .unwrap();
+    assert!(s.get(&key("a")).await.is_err(), "reading it fails");
+    // Its version is readable, and a delete compared against it removes it.
+    let rv = s.version_of(&key("a")).await.unwrap().expect("present");
+    s.commit(vec![driftless::store::Write::Delete {
+        key: key("a"),
+        precondition: driftless::store::Precondition::ResourceVersion(rv),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(s.version_of(&key("a")).await.unwrap(), None);
+}

@@ -475,9 +475,13 @@ impl EtcdStore {
             let mut new_parts: Vec<(String, Vec<String>)> = Vec::new();
             for (w, k) in writes.iter().zip(&keys) {
                 let old_kv = current.get(k.as_bytes()).copied();
-                let old = match old_kv {
-                    Some(kvp) => Some(self.decode_full(&w.key(), kvp, 0).await?),
-                    None => None,
+                // A delete needs only the version (the mod revision), so that it can remove a
+                // record whose value is not a valid object; a put merges with the old object.
+                let old = match (old_kv, w) {
+                    (Some(kvp), Write::Put { .. }) => {
+                        Some(self.decode_full(&w.key(), kvp, 0).await?)
+                    }
+                    _ => None,
                 };
                 if let Some(p) = old_kv.and_then(|kvp| parts_of(kvp.value())) {
                     replaced.push(p.digest);
@@ -508,8 +512,9 @@ impl EtcdStore {
                         stored.push(new);
                     }
                     Write::Delete { precondition, .. } => {
-                        precondition.check(&w.key(), old.as_ref())?;
-                        if old.is_some() {
+                        precondition
+                            .check_version(&w.key(), old_kv.map(|kvp| kvp.mod_revision() as u64))?;
+                        if old_kv.is_some() {
                             ops.push(TxnOp::delete(k.as_bytes(), None));
                         }
                     }
