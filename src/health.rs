@@ -682,10 +682,29 @@ impl CustomRules {
                     return Some(Assessment::new(health, format!("custom rule: {source}")));
                 }
                 Ok(cel::Value::Bool(false)) => {}
+                // CEL quotes operands in its errors and a wrong result is a value of the
+                // object: neither is shown for a Secret.
+                Ok(other) if obj.is_secret() => {
+                    return Some(Assessment::new(
+                        Health::Unknown,
+                        format!(
+                            "custom rule `{source}` gave a {}, not a boolean (the value is not shown: this is a Secret)",
+                            cel_type(&other)
+                        ),
+                    ));
+                }
                 Ok(other) => {
                     return Some(Assessment::new(
                         Health::Unknown,
                         format!("custom rule `{source}` gave {other:?}, not a boolean"),
+                    ));
+                }
+                Err(_) if obj.is_secret() => {
+                    return Some(Assessment::new(
+                        Health::Unknown,
+                        format!(
+                            "custom rule `{source}` failed (the error is not shown: it may quote this Secret's values)"
+                        ),
                     ));
                 }
                 Err(e) => {
@@ -697,6 +716,21 @@ impl CustomRules {
             }
         }
         None
+    }
+}
+
+/// The CEL type name of a value (`string`, `int`, ...), as the CEL spec names them.
+fn cel_type(v: &cel::Value) -> &'static str {
+    match v {
+        cel::Value::String(_) => "string",
+        cel::Value::Int(_) => "int",
+        cel::Value::UInt(_) => "uint",
+        cel::Value::Float(_) => "double",
+        cel::Value::Bytes(_) => "bytes",
+        cel::Value::List(_) => "list",
+        cel::Value::Map(_) => "map",
+        cel::Value::Null => "null",
+        _ => "value of another type",
     }
 }
 
@@ -1044,6 +1078,38 @@ mod tests {
             g(json!({"status": {"conditions": [{"type": "Available", "status": "False"}]}})),
             Health::Progressing
         );
+    }
+
+    #[test]
+    fn a_custom_rule_failing_on_a_secret_never_quotes_its_values() {
+        let rules = CustomRules::new(vec![
+            CustomRule::new(
+                "",
+                "Secret",
+                Some("object.stringData.password + 1 > 0"),
+                None,
+                Some("object.data.token + 1 > 0"),
+            )
+            .unwrap(),
+        ]);
+        let secret = obj(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "stringData": {"password": "SUPERSECRETVALUE123"}, "data": {"token": "U1VQRVJTRUNSRVQ="}}),
+        );
+        let a = assess(Some(&secret), &rules);
+        assert_eq!(a.health, Health::Unknown);
+        assert!(a.message.contains("not shown"), "{}", a.message);
+        assert!(
+            !a.message.contains("SUPERSECRET") && !a.message.contains("U1VQ"),
+            "{}",
+            a.message
+        );
+        let returns = CustomRules::new(vec![
+            CustomRule::new("", "Secret", Some("object.stringData.password"), None, None).unwrap(),
+        ]);
+        let a = assess(Some(&secret), &returns);
+        assert!(a.message.contains("gave a string"), "{}", a.message);
+        assert!(!a.message.contains("SUPERSECRET"), "{}", a.message);
     }
 
     #[test]
