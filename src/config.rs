@@ -1186,6 +1186,24 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
             ));
         }
     }
+    // A preview namespace must never be an app's target namespace: a pull request (content
+    // nobody reviewed yet) would take over that app's objects.
+    for (i, app) in config.apps.iter().enumerate() {
+        let Some(p) = &app.preview else { continue };
+        for (j, other) in config.apps.iter().enumerate() {
+            let target = &other.target.namespace.value;
+            if template_can_name(&p.namespace.value, target) {
+                return Err(invalid(
+                    &p.namespace.referenced,
+                    format!("apps[{i}].preview.namespace"),
+                    format!(
+                        "`{}` can name namespace `{target}`, the target namespace of app `{}` (apps[{j}]): a pull request could take over its objects; choose a template no app targets, such as `{}-pr-{{number}}`",
+                        p.namespace.value, other.name.value, app.name.value
+                    ),
+                ));
+            }
+        }
+    }
     // Apps on one repository share its cache and its connections: they must reach it the same
     // way, or one app's settings (an unchecked host key) would serve the other.
     for (i, app) in config.apps.iter().enumerate() {
@@ -1286,6 +1304,21 @@ fn validate_auth(source: &SourceConfig, i: usize, invalid: Invalid<'_>) -> Resul
         ));
     }
     Ok(())
+}
+
+/// True when `template` (with `{number}` standing for one or more decimal digits, a pull
+/// request's number) can produce `name`.
+fn template_can_name(template: &str, name: &str) -> bool {
+    match template.split_once("{number}") {
+        None => template == name,
+        Some((head, tail)) => {
+            let Some(rest) = name.strip_prefix(head) else {
+                return false;
+            };
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            (1..=digits).any(|n| template_can_name(tail, &rest[n..]))
+        }
+    }
 }
 
 fn validate_preview(
@@ -1598,6 +1631,25 @@ mod tests {
             app.source.repo.value,
             "https://github.com/kubernetes/examples.git"
         );
+    }
+
+    #[test]
+    fn a_preview_namespace_that_can_be_an_apps_target_namespace_is_refused() {
+        assert!(template_can_name("{number}", "1"));
+        assert!(template_can_name("pr-{number}", "pr-12"));
+        assert!(!template_can_name("pr-{number}", "pr-"));
+        assert!(!template_can_name("pr-{number}", "pr-1a"));
+        assert!(template_can_name("a{number}b{number}", "a1b22"));
+        assert!(!template_can_name("pr-{number}", "default"));
+        let yaml = "apps:\n- name: a8\n  source: {repo: x}\n  preview: {refs: \"refs/pull/*/head\", namespace: \"{number}\"}\n- name: b8\n  source: {repo: x}\n  target: {namespace: \"1\"}\n";
+        let e = parse_str(yaml).unwrap_err().to_string();
+        assert!(
+            e.contains("apps[0].preview.namespace: `{number}` can name namespace `1`, the target namespace of app `b8` (apps[1])"),
+            "{e}"
+        );
+        // The default template against an app targeting `pr-3`.
+        let yaml = "apps:\n- name: a\n  source: {repo: x}\n  preview: {refs: \"refs/pull/*/head\"}\n- name: b\n  source: {repo: x}\n  target: {namespace: pr-3}\n";
+        assert!(parse_str(yaml).is_err());
     }
 
     #[test]
