@@ -1098,7 +1098,17 @@ impl GitCache {
                 path: repo_path.clone(),
                 source,
             })?;
-            read_files(&repo, &revision, &path, limits)
+            let read = read_files(&repo, &revision, &path, limits);
+            if let Err(Error::ReadFailed { source, .. }) = &read
+                && matches!(
+                    source.class(),
+                    git2::ErrorClass::Odb | git2::ErrorClass::Zlib
+                )
+            {
+                drop(repo);
+                discard_damaged_cache(&repo_path);
+            }
+            read
         })
         .await
         .map_err(Error::TaskFailed)?
@@ -1143,6 +1153,33 @@ fn lock_cache(path: &Path, cancel: &std::sync::atomic::AtomicBool) -> Result<std
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Removes the cache at `path` after its object database failed to give an object of a
+/// fetched revision (a truncated pack, an interrupted `git gc`, disk damage): it is only a
+/// cache, and the next fetch clones again into a fresh one. Taken under the fetch lock, and
+/// moved aside in one step first, so that no other process reads a half-removed cache.
+fn discard_damaged_cache(path: &Path) {
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let Ok(_lock) = lock_cache(path, &cancel) else {
+        return;
+    };
+    let aside = path.with_extension(format!(
+        "damaged-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            tracing::warn!(cache = %path.display(), "The repository cache is damaged; it is removed and cloned again at the next fetch");
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+        Err(e) => {
+            tracing::warn!(cache = %path.display(), error = %e, "The repository cache is damaged and cannot be moved aside");
+        }
     }
 }
 

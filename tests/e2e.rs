@@ -1123,3 +1123,46 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
         stderr(&out)
     );
 }
+
+#[test]
+fn a_damaged_repository_cache_is_discarded_and_cloned_again() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    // Truncate every pack of the cache, as an interrupted gc or a full disk could.
+    let mut damaged = 0;
+    for repo in std::fs::read_dir(env.dir.path().join("cache/repos")).unwrap() {
+        let pack_dir = repo.unwrap().path().join("objects/pack");
+        let Ok(packs) = std::fs::read_dir(&pack_dir) else {
+            continue;
+        };
+        for p in packs {
+            let p = p.unwrap().path();
+            if p.extension().is_some_and(|e| e == "pack") {
+                let bytes = std::fs::read(&p).unwrap();
+                let mut perms = std::fs::metadata(&p).unwrap().permissions();
+                #[allow(clippy::permissions_set_readonly_false)]
+                perms.set_readonly(false);
+                std::fs::set_permissions(&p, perms).unwrap();
+                std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+                damaged += 1;
+            }
+        }
+    }
+    assert!(damaged > 0, "the cache holds packs");
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("a change");
+    // The first sync may fail on the damage (nothing applied); it removes the cache, and the
+    // next one clones again and applies.
+    let first = env.run(&["sync"]);
+    if first.status.code() != Some(0) {
+        assert!(
+            stderr(&first).contains("damaged") || stdout(&first).contains("cache"),
+            "{}{}",
+            stdout(&first),
+            stderr(&first)
+        );
+        assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+        assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    }
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+}
