@@ -632,6 +632,9 @@ async fn run(cfg: Loaded) -> anyhow::Result<u8> {
         tracing::warn!(config = %cfg.path.display(), "No apps configured");
     }
     let metrics = Arc::new(Metrics::new());
+    for a in &cfg.config.apps {
+        metrics.register_app(&a.name.value);
+    }
     let queue = report::Queue::default();
     let claim = Arc::new(tokio::sync::Mutex::new(()));
     let apps = load_apps(

@@ -145,6 +145,17 @@ impl Metrics {
         }
     }
 
+    /// Creates every per-app series of `app` at zero, so that a `rate()` or `increase()` alert
+    /// has a series before the first event (Prometheus's advice for counters with labels known
+    /// in advance).
+    pub fn register_app(&self, app: &str) {
+        let label = AppLabel { app: app.into() };
+        let _ = self.drift_reverted.get_or_create(&label);
+        let _ = self.fetch_errors.get_or_create(&label);
+        let _ = self.fetch_duration.get_or_create(&label);
+        let _ = self.reconcile_duration.get_or_create(&label);
+    }
+
     /// Records an app's status: its info series, its gap's start and its object counts.
     pub fn observe_status(&self, status: &AppStatus) {
         let labels = InfoLabels {
