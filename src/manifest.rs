@@ -360,8 +360,35 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
     for doc in &docs {
         ctx.document(doc, false);
     }
+    // Only a file this large can hold an object this large (alias expansion is budgeted).
+    if mode == Mode::Git && text.len() > MAX_OBJECT_BYTES {
+        let mut kept = Vec::with_capacity(out.objects.len());
+        for d in std::mem::take(&mut out.objects) {
+            let size = d.object.to_json().len();
+            if size > MAX_OBJECT_BYTES {
+                out.diagnostics.push(Diagnostic::error(
+                    path,
+                    d.line,
+                    d.column,
+                    format!(
+                        "{} is {size} bytes as JSON, more than the {MAX_OBJECT_BYTES} bytes the Kubernetes API server accepts for one object (etcd's request limit); split it",
+                        d.object.key()
+                    ),
+                ));
+            } else {
+                kept.push(d);
+            }
+        }
+        out.objects = kept;
+    }
     out
 }
+
+/// The largest object accepted, as JSON: 1.5 MiB, etcd's default `--max-request-bytes`, which
+/// bounds what a Kubernetes API server stores in one object (a ConfigMap's data is limited to
+/// 1 MiB). A larger one could never be applied to Kubernetes, and would cost every pass of the
+/// agent its size several times over.
+pub const MAX_OBJECT_BYTES: usize = 1_572_864;
 
 /// True when a line of `text` declares `kind: Secret` (YAML or JSON spelling), so that errors
 /// found before the document is known must not quote values.
@@ -1370,6 +1397,29 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         assert_eq!(r.diagnostics[0].severity, Severity::Warning);
         assert!(r.objects.is_empty());
+    }
+
+    #[test]
+    fn an_object_larger_than_the_api_server_accepts_is_an_error() {
+        let mut big =
+            String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n");
+        for i in 0..100_000 {
+            big.push_str(&format!("  k{i}: value\n"));
+        }
+        big.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small\n");
+        let r = one(&big);
+        let e = errors(&r);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("1:1: ConfigMap default/big is ")
+                || e[0].contains("ConfigMap") && e[0].contains("more than the 1572864 bytes"),
+            "{e:?}"
+        );
+        assert_eq!(
+            r.objects.len(),
+            1,
+            "the small one stays (the file is refused by its error)"
+        );
     }
 
     #[test]
