@@ -124,7 +124,7 @@ pub enum Command {
         #[arg(long)]
         revision: Option<String>,
         /// How long to wait, e.g. `90s`, `5m`.
-        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "5m", value_parser = bounded_duration)]
         timeout: std::time::Duration,
     },
     /// The status the agent recorded in the store.
@@ -1183,6 +1183,16 @@ async fn diff_cmd(
         changes |= s.create + s.update + s.delete > 0;
     }
     Ok(if changes { 1 } else { 0 })
+}
+
+/// A duration on the command line (`30s`, `5m`, `2h`), at most [`crate::config::MAX_DURATION`]
+/// (100 years), as in the config file.
+fn bounded_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > crate::config::MAX_DURATION {
+        return Err("longer than 100 years".into());
+    }
+    Ok(d)
 }
 
 /// Reads a file or standard input (`-`), naming it for diagnostics.

@@ -1166,3 +1166,15 @@ fn a_damaged_repository_cache_is_discarded_and_cloned_again() {
     }
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
 }
+
+#[test]
+fn command_line_durations_are_bounded_like_the_configs() {
+    let env = Env::new();
+    let out = env.run(&["wait", "--timeout", "99999999999y"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("longer than 100 years"),
+        "{}",
+        stderr(&out)
+    );
+}
