@@ -481,6 +481,7 @@ fn measure(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let quiet = revert_latencies(store.as_ref(), a.objects, a.changes, 0).await;
+        let _ = rustls::crypto::ring::default_provider().install_default();
         // The same with 30 clients reading the app's page in a loop (5,000+ rows each).
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let url = format!("http://{}/apps/bench", listen_addr(&last_cfg));
