@@ -933,3 +933,54 @@ async fn gitea_and_gitlab_pull_request_webhooks_trigger_a_preview_pass() {
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_wait_for_the_apps_first_applied_revision() {
+    let env = Env::new();
+    let remote = Remote::new(&env);
+    let github = github_host().await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&github)
+        .await;
+    // A deny window open all the time: the app fetches but applies nothing.
+    project(
+        &env,
+        &remote,
+        "",
+        &format!(
+            "    sync:\n      windows:\n      - {{kind: deny, schedule: \"* * * * *\", duration: 1h, timeZone: UTC}}\n    status:\n      provider: github\n      apiUrl: {}\n      repository: acme/web\n      token: {{env: DRIFTLESS_TEST_GH_TOKEN}}\n    preview:\n      refs: \"refs/pull/*/head\"\n",
+            github.uri()
+        ),
+    );
+    let head = push_pr(
+        &env,
+        "refs/pull",
+        5,
+        "main",
+        &[("app/c.yaml", Some(&configmap("c", &[("k", "1")])))],
+        None,
+    );
+    let agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "gh-token")]);
+    env.wait(
+        "the app held by its window",
+        Duration::from_secs(30),
+        || {
+            env.status()["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "HeldBySyncWindow"))
+        },
+    );
+    // Several preview passes (every second) later: none planned, no status on the pull request.
+    env.wait("previews waiting", Duration::from_secs(30), || {
+        env.log().matches("previews wait for it").count() >= 3
+    });
+    let posted: Vec<(String, Value)> = statuses(&github, "/statuses/")
+        .await
+        .into_iter()
+        .filter(|(sha, b)| *sha == head && b["context"] == "driftless/demo/preview")
+        .collect();
+    assert!(posted.is_empty(), "{posted:?}");
+    agent.stop();
+}

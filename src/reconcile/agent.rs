@@ -307,31 +307,34 @@ impl Agent {
         let readiness = Arc::new(Readiness::new(
             self.apps.iter().map(|a| a.name().to_string()),
         ));
-        let mut gates = self.gates;
+        let gates = self.gates;
         let latest = Arc::new(Latest::default());
+        let mut previews = HashMap::new();
+        let mut preview_loops = Vec::new();
+        for p in self.previews {
+            let notify = Arc::new(Notify::new());
+            previews.insert(p.name().to_string(), notify.clone());
+            // The app's gate is shared: cloned for the app loop below.
+            let gate = gates.get(p.name()).cloned();
+            preview_loops.push((p, notify, shutdown.clone(), gate));
+        }
         for app in self.apps {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
             let pending = Arc::new(Pending::default());
+            let preview_notify = previews.get(app.name()).cloned();
             feeds.push(pending.clone());
             loops.push(AppLoop {
                 coordinated: self.coordinated.clone(),
                 gate: gates.get(app.name()).cloned(),
                 app: app.with_stop(shutdown.clone()),
                 pending,
+                previews: preview_notify,
                 requested,
                 shutdown: shutdown.clone(),
                 readiness: readiness.clone(),
                 latest: latest.clone(),
             });
-        }
-        let mut previews = HashMap::new();
-        let mut preview_loops = Vec::new();
-        for p in self.previews {
-            let notify = Arc::new(Notify::new());
-            previews.insert(p.name().to_string(), notify.clone());
-            let gate = gates.remove(p.name());
-            preview_loops.push((p, notify, shutdown.clone(), gate));
         }
         let store = self.store;
         let mut stop = shutdown.clone();
@@ -417,6 +420,8 @@ async fn run_previews(
         if !report.planned.is_empty() || !report.removed.is_empty() {
             tracing::info!(planned = ?report.planned, removed = ?report.removed, skipped = ?report.skipped, "Preview pass");
         }
+        // A pass that waited for the app's first revision (`report.waiting`) runs again when
+        // the app has applied one (its loop asks), or at the interval.
         next = Instant::now() + previews.interval();
     }
     tracing::info!("Previews stopped");
@@ -494,6 +499,9 @@ struct AppLoop {
     /// With etcd replicas: true once the replicas know who holds what.
     coordinated: Option<watch::Receiver<bool>>,
     pending: Arc<Pending>,
+    /// The app's preview loop, asked for a pass once the app has first applied a revision
+    /// (previews are diffs against it).
+    previews: Option<Arc<Notify>>,
     requested: Arc<Requested>,
     shutdown: watch::Receiver<bool>,
     readiness: Arc<Readiness>,
@@ -579,7 +587,14 @@ impl AppLoop {
                 },
             };
             let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
+            let applied_before = self.app.status().revision.is_some();
             let (delay, _report) = self.app.reconcile(trigger).await;
+            if !applied_before
+                && self.app.status().revision.is_some()
+                && let Some(p) = &self.previews
+            {
+                p.notify_one();
+            }
             self.readiness.done(self.app.name());
             // Copy the status (it holds every object) only when it changed.
             if published != Some(self.app.status_changes()) {

@@ -38,6 +38,9 @@ pub struct PassReport {
     pub removed: Vec<String>,
     /// True when the remote could not be listed (nothing was removed).
     pub source_failed: bool,
+    /// True when the app has not applied a revision yet: nothing was planned (previews are
+    /// diffs against what the app applied).
+    pub waiting: bool,
 }
 
 /// One app's previews and the handles they need.
@@ -187,6 +190,14 @@ impl Previews {
                 return report;
             }
         };
+        // A preview is a diff against what the app applied: until the app has applied a
+        // revision whole, every object would read "to create", a wrong status on the pull
+        // request that the next pass corrects.
+        if base.revision.is_none() {
+            tracing::debug!("The app has not applied a revision yet; previews wait for it");
+            report.waiting = true;
+            return report;
+        }
         let (eligible, skipped) = self.select(heads);
         let wanted: BTreeSet<String> = eligible.iter().map(|(n, _)| n.clone()).collect();
         // Known previews (records, or environments left by an earlier run or config) whose ref
