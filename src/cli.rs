@@ -156,8 +156,11 @@ pub enum StoreCommand {
         /// `KIND` or `KIND.GROUP` (kind case-insensitive, e.g. `deployment.apps`).
         kind: Option<String>,
         /// Only this namespace.
-        #[arg(short, long)]
+        #[arg(short, long, conflicts_with = "all_namespaces")]
         namespace: Option<String>,
+        /// Every namespace (the default without `-n`), as kubectl's `-A`.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
         /// Output format (default: a table).
         #[arg(short, long, value_enum)]
         output: Option<ObjectFormat>,
@@ -570,7 +573,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
             )
             .await
         }
-        Command::Status { output } => status_cmd(load_config(config, false)?, output).await,
+        Command::Status { output } => status_cmd(load_config(config, true)?, output).await,
         Command::Validate { paths } => Ok(validate(&paths)),
         Command::Store { command } => store_cmd(load_config(config, false)?, command).await,
     }
@@ -1404,11 +1407,31 @@ async fn wait_cmd(
                         .condition("Ready")
                         .map(|c| format!("{}: {}", c.reason, c.message))
                         .unwrap_or_default();
+                    // What is missing, and why: the condition that says so.
+                    let mut missing = Vec::new();
+                    if let Some(r) = revision.filter(|_| !at_revision) {
+                        missing.push(format!("not at revision {r} yet"));
+                    }
+                    if conditions.iter().any(|c| c == "synced") && !synced {
+                        missing.push(format!("not synced ({ready})"));
+                    }
+                    if conditions.iter().any(|c| c == "healthy") && !healthy {
+                        let why = st
+                            .condition("Healthy")
+                            .map(|c| format!("{}: {}", c.reason, c.message))
+                            .unwrap_or_else(|| st.health.to_string());
+                        missing.push(format!("not healthy ({why})"));
+                    }
                     last = format!(
-                        "{app} is {} and {} at {}; {ready}",
+                        "{app} is {} and {} at {}; {}",
                         st.sync,
                         st.health,
-                        st.revision.as_deref().unwrap_or("no revision")
+                        st.revision.as_deref().unwrap_or("no revision"),
+                        if missing.is_empty() {
+                            ready
+                        } else {
+                            missing.join("; ")
+                        }
                     );
                     if ok {
                         println!("{last}");
@@ -1432,7 +1455,24 @@ async fn wait_cmd(
 
 async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
     let store = open_existing_store(&cfg).await?;
-    let apps = status::read_all(store.as_ref()).await?;
+    let mut apps = status::read_all(store.as_ref()).await?;
+    // A configured app with no status record yet (no agent or sync has run it) is listed too.
+    for a in &cfg.config.apps {
+        if !apps.iter().any(|s| s.name == a.name.value) {
+            let mut s = status::AppStatus::new(&a.name.value);
+            let now = crate::store::now_rfc3339();
+            crate::status::set_condition(
+                &mut s.conditions,
+                "Ready",
+                false,
+                "NotSyncedYet",
+                "no agent or sync has run this app yet",
+                &now,
+            );
+            apps.push(s);
+        }
+    }
+    apps.sort_by(|a, b| a.name.cmp(&b.name));
     let holders = holders(&cfg).await?;
     match output {
         StatusFormat::Json => {
@@ -1740,11 +1780,16 @@ impl KindSpec {
         }
     }
 
-    /// Kind matches case-insensitively, plural forms (`configmaps`, `ingresses`) and kubectl's
-    /// short names (`deploy`, `svc`, `cm`...) too.
-    fn matches(&self, key: &ObjectKey) -> bool {
+    /// Kind matches case-insensitively, plural forms (`configmaps`, `ingresses`) too, and with
+    /// `short` kubectl's short names (`deploy`, `svc`, `cm`...); see [`KindSpec::resolve`] for
+    /// which wins.
+    fn matches_as(&self, key: &ObjectKey, short: bool) -> bool {
         let want = self.kind.to_ascii_lowercase();
-        let want = short_name(&want).unwrap_or(&want).to_string();
+        let want = if short {
+            short_name(&want).unwrap_or(&want).to_string()
+        } else {
+            want
+        };
         let have = key.kind.to_ascii_lowercase();
         let kind_ok = want == have
             || want.strip_suffix('s') == Some(have.as_str())
@@ -1753,6 +1798,26 @@ impl KindSpec {
                 .strip_suffix("ies")
                 .is_some_and(|stem| have.strip_suffix('y') == Some(stem));
         kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group)
+    }
+}
+
+impl KindSpec {
+    /// The keys among `keys` this spec names, as kubectl resolves a resource name: a kind
+    /// spelled out (any case, or plural) wins over a short name that happens to match (`cm`
+    /// naming a custom kind `Cm`); without a group, a kind of the core group wins over the same
+    /// kind in another group.
+    fn resolve<'k>(&self, keys: impl Iterator<Item = &'k ObjectKey> + Clone) -> Vec<&'k ObjectKey> {
+        let exact: Vec<&ObjectKey> = keys.clone().filter(|k| self.matches_as(k, false)).collect();
+        let found = if exact.is_empty() {
+            keys.filter(|k| self.matches_as(k, true)).collect()
+        } else {
+            exact
+        };
+        if self.group.is_none() && found.iter().any(|k| k.group.is_empty()) {
+            found.into_iter().filter(|k| k.group.is_empty()).collect()
+        } else {
+            found
+        }
     }
 }
 
@@ -1817,16 +1882,27 @@ async fn find(
             namespace: None,
         })
         .await?;
+    let named: Vec<&ObjectKey> = listing
+        .objects
+        .keys()
+        .chain(listing.unreadable.keys())
+        .filter(|k| k.name == name)
+        .collect();
+    let wanted: BTreeSet<ObjectKey> = kind
+        .resolve(named.iter().copied())
+        .into_iter()
+        .cloned()
+        .collect();
     let matching: Vec<Found> = listing
         .objects
         .into_iter()
-        .filter(|(k, _)| kind.matches(k) && k.name == name)
+        .filter(|(k, _)| wanted.contains(k))
         .map(|(_, o)| Found::Object(o))
         .chain(
             listing
                 .unreadable
                 .into_iter()
-                .filter(|(k, _)| kind.matches(k) && k.name == name)
+                .filter(|(k, _)| wanted.contains(k))
                 .map(|(k, why)| Found::Unreadable(k, why)),
         )
         .collect();
@@ -1837,13 +1913,29 @@ async fn find(
             .cloned()
             .collect()
     };
-    Ok(match namespace {
+    let found = match namespace {
         Some(ns) => in_ns(ns),
         None => {
             let d = in_ns("default");
             if d.is_empty() { in_ns("") } else { d }
         }
-    })
+    };
+    // Not here: say where that name exists, as a hint.
+    if found.is_empty() && !matching.is_empty() {
+        let elsewhere: BTreeSet<String> = matching
+            .iter()
+            .map(|f| f.key().namespace)
+            .filter(|ns| !ns.is_empty())
+            .collect();
+        if !elsewhere.is_empty() {
+            let list: Vec<String> = elsewhere.into_iter().collect();
+            eprintln!(
+                "note: it exists in namespace(s) {}: pass -n NAMESPACE",
+                object::printable(&list.join(", "))
+            );
+        }
+    }
+    Ok(found)
 }
 
 /// The one object `KIND[.GROUP] NAME` names, or `None` (said on standard error) when there is
@@ -1893,6 +1985,7 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
         StoreCommand::List {
             kind,
             namespace,
+            all_namespaces: _,
             output,
         } => {
             let spec = kind.as_deref().map(KindSpec::parse);
@@ -1903,17 +1996,23 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                     namespace: namespace.clone(),
                 })
                 .await?;
+            let wanted: Option<BTreeSet<ObjectKey>> = spec.as_ref().map(|s| {
+                s.resolve(listing.objects.keys().chain(listing.unreadable.keys()))
+                    .into_iter()
+                    .cloned()
+                    .collect()
+            });
             let objects: Vec<Object> = listing
                 .objects
                 .into_iter()
-                .filter(|(k, _)| spec.as_ref().is_none_or(|s| s.matches(k)))
+                .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
                 .map(|(_, o)| o)
                 .collect();
             // Bad records are named, not allowed to hide the good ones.
             for (key, why) in listing
                 .unreadable
                 .iter()
-                .filter(|(k, _)| spec.as_ref().is_none_or(|s| s.matches(k)))
+                .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
             {
                 tracing::warn!(record = %key, error = %why, "Stored record unreadable");
                 eprintln!(
@@ -2079,17 +2178,17 @@ mod tests {
         let dep = ObjectKey::new("apps", "Deployment", "d", "x");
         let ing = ObjectKey::new("networking.k8s.io", "Ingress", "d", "x");
         let cm = ObjectKey::new("", "ConfigMap", "d", "x");
-        assert!(KindSpec::parse("deployment").matches(&dep));
-        assert!(KindSpec::parse("Deployments.apps").matches(&dep));
-        assert!(!KindSpec::parse("deployment.extensions").matches(&dep));
-        assert!(KindSpec::parse("ingresses").matches(&ing));
-        assert!(KindSpec::parse("ingress.networking.k8s.io").matches(&ing));
-        assert!(KindSpec::parse("configmap.core").matches(&cm));
-        assert!(!KindSpec::parse("config").matches(&cm));
-        assert!(KindSpec::parse("deploy").matches(&dep));
+        assert!(KindSpec::parse("deployment").matches_as(&dep, true));
+        assert!(KindSpec::parse("Deployments.apps").matches_as(&dep, true));
+        assert!(!KindSpec::parse("deployment.extensions").matches_as(&dep, true));
+        assert!(KindSpec::parse("ingresses").matches_as(&ing, true));
+        assert!(KindSpec::parse("ingress.networking.k8s.io").matches_as(&ing, true));
+        assert!(KindSpec::parse("configmap.core").matches_as(&cm, true));
+        assert!(!KindSpec::parse("config").matches_as(&cm, true));
+        assert!(KindSpec::parse("deploy").matches_as(&dep, true));
         let np = ObjectKey::new("networking.k8s.io", "NetworkPolicy", "d", "x");
-        assert!(KindSpec::parse("networkpolicies").matches(&np));
-        assert!(KindSpec::parse("CM").matches(&cm));
-        assert!(KindSpec::parse("ing.networking.k8s.io").matches(&ing));
+        assert!(KindSpec::parse("networkpolicies").matches_as(&np, true));
+        assert!(KindSpec::parse("CM").matches_as(&cm, true));
+        assert!(KindSpec::parse("ing.networking.k8s.io").matches_as(&ing, true));
     }
 }

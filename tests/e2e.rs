@@ -400,22 +400,20 @@ fn changing_the_path_or_namespace_in_the_config_applies_without_a_new_commit() {
 fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
     let env = Env::with_sync("      selfHeal: false\n");
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let agent = env.agent();
+    env.wait("the agent's first pass", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
     env.put(&configmap("a", &[("k", "by hand")]));
-    let out = env.run(&["sync"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out)
-            .contains("1 updated, 0 deleted, 1 unchanged (detect-only: planned, not written)"),
-        "{}",
-        stdout(&out)
-    );
+    env.wait("drift reported", Duration::from_secs(30), || {
+        env.status()["sync"] == "OutOfSync"
+    });
     assert_eq!(
         env.get("configmap", "a").unwrap()["data"]["k"],
         "by hand",
         "not reverted"
     );
     let st = env.status();
-    assert_eq!(st["sync"], "OutOfSync");
     assert!(st["outOfSyncSince"].as_str().is_some());
     let a = st["resources"]
         .as_array()
@@ -426,11 +424,32 @@ fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
         .clone();
     assert_eq!(a["sync"], "OutOfSync");
     assert!(a["message"].as_str().unwrap().contains("data.k"), "{a}");
-    // A new commit is still applied.
+    // The transition is logged, once.
+    let log = env.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains("Condition changed")
+                && l.contains("condition=Ready")
+                && l.contains("reason=OutOfSync")
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    // `sync --dry-run` plans the revert and writes nothing.
+    let out = env.run(&["sync", "--dry-run"]);
+    assert!(stdout(&out).contains("1 updated"), "{}", stdout(&out));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "by hand");
+    // A manual sync applies, as in Argo CD: selfHeal governs only automatic reverts.
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // A new commit is still applied automatically.
     env.repo.write("app/b.yaml", configmap("b", &[("k", "2")]));
     env.repo.commit("b changes");
     env.run(&["sync"]);
     assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "2");
+    agent.stop();
 }
 
 #[test]
@@ -532,13 +551,13 @@ fn validate_prints_path_line_column_and_exits_1_on_errors() {
 #[test]
 fn store_commands_get_put_list_delete_with_their_exit_statuses() {
     let env = Env::new();
-    // Reading commands on a store that does not exist yet: empty, and no file left behind.
+    // Reading commands on a store that does not exist yet: only the configured app, not
+    // synced yet, and no file left behind.
     let st = env.run(&["status", "-o", "json"]);
     assert_eq!(st.status.code(), Some(0));
-    assert_eq!(
-        serde_json::from_slice::<Value>(&st.stdout).unwrap(),
-        json!({"apps": []})
-    );
+    let v = serde_json::from_slice::<Value>(&st.stdout).unwrap();
+    assert_eq!(v["apps"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["apps"][0]["sync"], "Unknown", "{v}");
     assert_eq!(env.run(&["store", "list"]).status.code(), Some(0));
     assert!(
         !env.dir.path().join("store.db").exists(),
@@ -1174,6 +1193,60 @@ fn command_line_durations_are_bounded_like_the_configs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("longer than 100 years"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn status_needs_a_config_and_lists_apps_not_synced_yet() {
+    let env = Env::new();
+    // Before anything ran: the configured app is listed, not synced yet.
+    let out = env.run(&["status", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["apps"][0]["name"], "demo");
+    assert_eq!(v["apps"][0]["sync"], "Unknown");
+    assert_eq!(v["apps"][0]["conditions"][0]["reason"], "NotSyncedYet");
+    // Without a config (none given, none in the folder) it says so, like the other commands.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("status")
+        .current_dir(empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no config"), "{}", stderr(&out));
+}
+
+#[test]
+fn store_kind_names_resolve_as_kubectl_does() {
+    let env = Env::new();
+    // A custom kind spelled like a short name, and a ConfigMap kind in another group.
+    env.put("apiVersion: example.com/v1\nkind: Cm\nmetadata:\n  name: x\nspec: {a: 1}\n");
+    env.put(&configmap("x", &[("k", "core")]));
+    env.put("apiVersion: example.com/v1\nkind: ConfigMap\nmetadata:\n  name: dup\nspec: {a: 1}\n");
+    env.put(&configmap("dup", &[("k", "core")]));
+    env.put("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: far\n  namespace: prod\ndata: {k: v}\n");
+    // `cm` names the kind spelled `Cm` exactly, not the short name of ConfigMap.
+    let out = env.run(&["store", "get", "cm", "x", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "Cm");
+    // A kind in the core group and another: the core one, as kubectl does.
+    let out = env.run(&["store", "get", "configmap", "dup", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["apiVersion"], "v1");
+    // -A lists every namespace.
+    let out = env.run(&["store", "list", "configmap", "-A"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("far"), "{}", stdout(&out));
+    // Not found here, found elsewhere: the hint names where.
+    let out = env.run(&["store", "get", "configmap", "far"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("exists in namespace(s) prod"),
         "{}",
         stderr(&out)
     );
