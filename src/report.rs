@@ -154,7 +154,10 @@ pub fn derive(f: &Facts<'_>, external_url: Option<&str>) -> Vec<CommitStatus> {
     if let Some(sha) = f.in_force {
         let n = f.objects;
         let (state, description) = if f.applying {
-            (State::Pending, format!("applying {n} objects"))
+            (
+                State::Pending,
+                format!("applying {}", crate::status::count(n, "object")),
+            )
         } else if let Some(e) = &f.in_force_error {
             (State::Error, e.clone())
         } else if let Some(why) = &f.failing {
@@ -162,19 +165,33 @@ pub fn derive(f: &Facts<'_>, external_url: Option<&str>) -> Vec<CommitStatus> {
         } else if let Some(why) = &f.held {
             (State::Pending, why.clone())
         } else if f.health == Health::Degraded {
-            (State::Failure, format!("applied {n} objects, degraded"))
+            (
+                State::Failure,
+                format!("applied {}, degraded", crate::status::count(n, "object")),
+            )
         } else if f.out_of_sync > 0 {
             (
                 State::Pending,
-                format!("{} of {n} objects differ from Git", f.out_of_sync),
+                format!(
+                    "{} of {} differ from Git",
+                    f.out_of_sync,
+                    crate::status::count(n, "object")
+                ),
             )
         } else if f.not_ready > 0 || f.health != Health::Healthy {
             (
                 State::Pending,
-                format!("synced {n} objects, {} not ready", f.not_ready),
+                format!(
+                    "synced {}, {} not ready",
+                    crate::status::count(n, "object"),
+                    f.not_ready
+                ),
             )
         } else {
-            (State::Success, format!("synced {n} objects, healthy"))
+            (
+                State::Success,
+                format!("synced {}, healthy", crate::status::count(n, "object")),
+            )
         };
         out.push(status(sha, state, description));
     }

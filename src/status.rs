@@ -163,8 +163,10 @@ impl AppStatus {
     }
 }
 
-/// Sets a condition; `lastTransitionTime` becomes `now` only when the status changes (or the
-/// condition is new). Returns true when anything changed.
+/// Sets a condition; `lastTransitionTime` becomes `now` only when the status or the reason
+/// changes (or the condition is new): a new reason is a new state (Progressing for a new
+/// revision, Degraded after Progressing), while a message that only updates counts is not.
+/// Returns true when anything changed.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -178,7 +180,7 @@ pub fn set_condition(
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
             let changed = c.status != status || c.reason != reason || c.message != message;
-            if c.status != status {
+            if c.status != status || c.reason != reason {
                 c.last_transition_time = now.to_string();
             }
             c.status = status;
@@ -291,6 +293,15 @@ pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<()> {
         }])
         .await?;
     Ok(())
+}
+
+/// `n` and the noun, singular for one: `1 object`, `12 objects`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[cfg(test)]

@@ -243,18 +243,22 @@ async fn a_pack_cut_in_the_middle_leaves_the_cache_usable_and_the_revision_in_fo
         env.get("configmap", "b").is_some()
     });
     let kept = objects(&env);
-    // A big commit (about 2 MB that does not compress), and a connection that breaks after
-    // 64 KiB of it.
-    let mut noise = String::new();
+    // A big commit (about 2 MB that does not compress, in two objects each within the 1.5 MiB
+    // an object may have), and a connection that breaks after 64 KiB of it.
     let mut x: u64 = 0x9e3779b97f4a7c15;
-    while noise.len() < 2_000_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        noise.push_str(&format!("{x:016x}"));
+    for part in ["big1", "big2"] {
+        let mut noise = String::new();
+        while noise.len() < 1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            noise.push_str(&format!("{x:016x}"));
+        }
+        env.repo.write(
+            &format!("app/{part}.yaml"),
+            configmap(part, &[("noise", &noise)]),
+        );
     }
-    env.repo
-        .write("app/big.yaml", configmap("big", &[("noise", &noise)]));
     env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
     let new = env.repo.commit("big");
     cut_after.store(64 * 1024, Ordering::SeqCst);

@@ -255,7 +255,9 @@ fn periodic_syncs_respect_a_fights_hold() {
         .collect();
     let periodic_reverts: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("Applied") && l.contains("updated=1"))
+        .filter(|l| {
+            l.contains("Drift reverted") || (l.contains("Applied") && l.contains("updated=1"))
+        })
         .filter(|l| {
             let t = at(l);
             holds
@@ -437,6 +439,9 @@ fn wait_exits_0_when_the_conditions_hold_and_1_at_the_timeout() {
         "{text}"
     );
     assert!(text.contains("Deployment.apps default/web"), "{text}");
+    // It says which of synced and healthy is missing, and why.
+    assert!(text.contains("; not healthy (Progressing: "), "{text}");
+    assert!(!text.contains("not synced"), "{text}");
     // `--for synced` alone holds already.
     assert_eq!(
         env.run(&[
@@ -743,4 +748,31 @@ fn under_heavy_out_of_band_writes_reverts_are_throttled_and_new_commits_still_ap
         "{reverts} reverts for {writes} writes: reverts were not throttled"
     );
     assert!(!log.contains("Sync failed"), "{log}");
+}
+
+#[test]
+fn past_its_deadline_an_out_of_sync_app_is_ready_false_with_the_deadline_not_out_of_sync() {
+    let env = Env::with_options("1h", "      selfHeal: false\n      progressDeadline: 2s\n");
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.status()["sync"] == "Synced"
+    });
+    env.put(&configmap("a", &[("k", "by hand")]));
+    env.wait("out of sync", Duration::from_secs(30), || {
+        condition(&env, "Ready")["reason"] == "OutOfSync"
+    });
+    // The deadline passes while the drift stays (detect-only): the worse reason shows.
+    env.wait("the deadline reason", Duration::from_secs(30), || {
+        condition(&env, "Ready")["reason"] == "ProgressDeadlineExceeded"
+    });
+    let ready = condition(&env, "Ready");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 object(s) differ from Git"),
+        "{ready}"
+    );
+    let (_, log) = agent.stop();
+    assert!(log.contains("reason=ProgressDeadlineExceeded"), "{log}");
 }

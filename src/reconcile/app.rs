@@ -872,10 +872,13 @@ impl App {
             return Ok(());
         };
         let new_revision = self.applied.as_ref() != Some(&in_force.revision);
-        // Detect-only: a new revision is applied, drift is only reported. A sync window that
-        // holds the app allows neither (unless a person asked and the window lets them).
-        let dry_run =
-            self.dry_run || !self.may_apply() || (!self.cfg.sync.self_heal && !new_revision);
+        // Detect-only: a new revision is applied, drift is only reported, unless a person
+        // asked for this sync (as in Argo CD, selfHeal governs automatic reverts only). A sync
+        // window that holds the app allows neither (unless a person asked and the window lets
+        // them).
+        let dry_run = self.dry_run
+            || !self.may_apply()
+            || (!self.cfg.sync.self_heal && !new_revision && !self.manual);
         // Objects being fought over wait for their hold to end in every pass, periodic ones
         // included; a new revision is applied whole (a commit is a deliberate change).
         // Until a revision is applied whole, drift is reverted to what was applied (the
@@ -960,7 +963,9 @@ impl App {
             tracing::warn!(objects = ?outcome.contested, "Another writer changed these during the sync; left out of sync, retried from the change feed");
         }
         let changed = report.summary.create + report.summary.update + report.summary.delete;
-        if scope.is_some() && !dry_run {
+        // Writes of a pass that applies no new revision revert drift, whether the change feed
+        // or a periodic pass found it: each is logged, counted and weighed by the fight rule.
+        if (scope.is_some() || !new_revision) && !dry_run {
             report.drift_reverted = changed;
             for step in outcome
                 .plan
@@ -1142,6 +1147,28 @@ impl App {
 
     /// Recomputes the status from the state.
     fn compute_status(&mut self) {
+        let before = self.status.conditions.clone();
+        self.compute_conditions();
+        // Every transition (a new status or reason) is one log line: what changed and why.
+        for c in &self.status.conditions {
+            let old = before.iter().find(|b| b.type_ == c.type_);
+            if old.is_none_or(|o| o.status != c.status || o.reason != c.reason) {
+                let level_warn = match c.type_.as_str() {
+                    "Ready" | "Healthy" | "SourceAvailable" => c.status == "False",
+                    "Stalled" | "Stale" | "Contested" => c.status == "True",
+                    _ => false,
+                };
+                if level_warn {
+                    tracing::warn!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
+                } else {
+                    tracing::info!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
+                }
+            }
+        }
+    }
+
+    /// Recomputes the status and its conditions from the state.
+    fn compute_conditions(&mut self) {
         let wall = std::time::SystemTime::now();
         let now = store::now_rfc3339();
         let s = &mut self.status;
@@ -1284,6 +1311,21 @@ impl App {
             (false, "PruneBlocked", why.clone())
         } else if let Some(w) = held {
             (false, "HeldBySyncWindow", w.message.clone())
+        } else if deadline_exceeded {
+            // The worst of the two: a gap past the deadline is an incident, not a transient.
+            let differ = if out_of_sync > 0 {
+                format!("; {out_of_sync} object(s) differ from Git")
+            } else {
+                String::new()
+            };
+            (
+                false,
+                "ProgressDeadlineExceeded",
+                format!(
+                    "not synced and healthy within progressDeadline {} (since {since}): {worst_object}{differ}",
+                    secs(deadline)
+                ),
+            )
         } else if out_of_sync > 0 || pending_revision {
             let why = if self.cfg.sync.self_heal {
                 ""
@@ -1295,15 +1337,6 @@ impl App {
                 "OutOfSync",
                 format!("{out_of_sync} object(s) differ from Git{why}"),
             )
-        } else if deadline_exceeded {
-            (
-                false,
-                "ProgressDeadlineExceeded",
-                format!(
-                    "not healthy within progressDeadline {} (since {since}): {worst_object}",
-                    secs(deadline)
-                ),
-            )
         } else if !matches!(s.health, Health::Healthy | Health::Suspended) {
             (false, health_reason(s.health), worst_object.clone())
         } else if let Some(f) = &self.in_force {
@@ -1311,8 +1344,8 @@ impl App {
                 true,
                 "Synced",
                 format!(
-                    "synced {} objects at {}",
-                    f.desired.len(),
+                    "synced {} at {}",
+                    crate::status::count(f.desired.len(), "object"),
                     f.revision.short()
                 ),
             )
@@ -1323,7 +1356,10 @@ impl App {
         // Health, as its own condition: each change of health is a transition.
         if self.in_force.is_some() {
             let message = if s.health == Health::Healthy {
-                format!("{} objects healthy", s.resources.len())
+                format!(
+                    "{} healthy",
+                    crate::status::count(s.resources.len(), "object")
+                )
             } else {
                 worst_object.clone()
             };
