@@ -817,6 +817,102 @@ mod tests {
         }
     }
 
+    /// A memory store for faults: before its `n`th commit (from 0) another writer puts
+    /// `foreign(n)`; with [`Hooked::splitting_at`], commits longer than that are split (not
+    /// atomic), and the first split one dies after its first part; with
+    /// [`Hooked::in_lockstep`], the first commits wait for each other, so every sync has read
+    /// and planned before any of them commits (the worst interleaving two processes can have).
+    struct Hooked {
+        inner: MemoryStore,
+        foreign: Box<dyn Fn(usize) -> Vec<Object> + Send + Sync>,
+        commits: std::sync::atomic::AtomicUsize,
+        split_at: Option<usize>,
+        crash: std::sync::atomic::AtomicBool,
+        lockstep: Option<(tokio::sync::Barrier, usize)>,
+    }
+
+    impl Hooked {
+        fn new(foreign: impl Fn(usize) -> Vec<Object> + Send + Sync + 'static) -> Self {
+            Self {
+                inner: MemoryStore::new(),
+                foreign: Box::new(foreign),
+                commits: Default::default(),
+                split_at: None,
+                crash: true.into(),
+                lockstep: None,
+            }
+        }
+
+        fn splitting_at(mut self, n: usize) -> Self {
+            self.split_at = Some(n);
+            self
+        }
+
+        fn in_lockstep(mut self, n: usize) -> Self {
+            self.lockstep = Some((tokio::sync::Barrier::new(n), n));
+            self
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Hooked {
+        async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
+            self.inner.get(k).await
+        }
+        async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
+            self.inner.version_of(k).await
+        }
+        async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
+            self.inner.get_many(k).await
+        }
+        async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
+            self.inner.list(s).await
+        }
+        async fn commit(&self, mut w: Vec<Write>) -> store::Result<store::Committed> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let n = self.commits.fetch_add(1, SeqCst);
+            if let Some((barrier, first)) = &self.lockstep
+                && n < *first
+            {
+                barrier.wait().await;
+            }
+            let foreign: Vec<Write> = (self.foreign)(n)
+                .into_iter()
+                .map(|object| Write::Put {
+                    object,
+                    precondition: Precondition::Any,
+                })
+                .collect();
+            if !foreign.is_empty() {
+                self.inner.commit(foreign).await?;
+            }
+            if let Some(k) = self.split_at
+                && w.len() > k
+                && self.crash.swap(false, SeqCst)
+            {
+                w.truncate(k);
+                self.inner.commit(w).await?;
+                return Err(store::Error::Backend {
+                    op: "commit",
+                    source: "the process died".into(),
+                });
+            }
+            self.inner.commit(w).await
+        }
+        async fn revision(&self) -> store::Result<u64> {
+            self.inner.revision().await
+        }
+        async fn watch(&self, from: u64) -> store::Result<store::Watch> {
+            self.inner.watch(from).await
+        }
+        fn backend(&self) -> &'static str {
+            "hooked"
+        }
+        fn commits_atomically(&self, w: &[Write]) -> bool {
+            self.split_at.is_none_or(|k| w.len() <= k)
+        }
+    }
+
     #[tokio::test]
     async fn first_sync_creates_and_records_the_inventory_in_one_transaction() {
         let store = MemoryStore::new();
@@ -916,60 +1012,9 @@ mod tests {
         );
     }
 
-    /// A store whose first `n` commits wait for each other: every sync has read and planned
-    /// before any of them commits, the worst interleaving two processes can have.
-    struct Lockstep {
-        inner: MemoryStore,
-        barrier: tokio::sync::Barrier,
-        left: std::sync::atomic::AtomicUsize,
-    }
-
-    #[async_trait::async_trait]
-    impl Store for Lockstep {
-        async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
-            self.inner.get(k).await
-        }
-        async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
-            self.inner.version_of(k).await
-        }
-        async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
-            self.inner.get_many(k).await
-        }
-        async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
-            self.inner.list(s).await
-        }
-        async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
-            if self
-                .left
-                .fetch_update(
-                    std::sync::atomic::Ordering::SeqCst,
-                    std::sync::atomic::Ordering::SeqCst,
-                    |n| n.checked_sub(1),
-                )
-                .is_ok()
-            {
-                self.barrier.wait().await;
-            }
-            self.inner.commit(w).await
-        }
-        async fn revision(&self) -> store::Result<u64> {
-            self.inner.revision().await
-        }
-        async fn watch(&self, from: u64) -> store::Result<store::Watch> {
-            self.inner.watch(from).await
-        }
-        fn backend(&self) -> &'static str {
-            "lockstep"
-        }
-    }
-
     #[tokio::test]
     async fn two_apps_claiming_one_object_at_once_never_both_own_it() {
-        let store = Lockstep {
-            inner: MemoryStore::new(),
-            barrier: tokio::sync::Barrier::new(2),
-            left: 2.into(),
-        };
+        let store = Hooked::new(|_| vec![]).in_lockstep(2);
         // The shared object is already live as both declare it: an unchanged object is not
         // written, so only the claim itself can decide.
         store
@@ -1089,49 +1134,10 @@ mod tests {
     #[tokio::test]
     async fn a_conflicting_writer_between_read_and_commit_is_retried() {
         // A store that lets one foreign write in just before the first commit.
-        struct Racy {
-            inner: MemoryStore,
-            raced: std::sync::atomic::AtomicBool,
-        }
-        #[async_trait::async_trait]
-        impl Store for Racy {
-            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
-                self.inner.get(k).await
-            }
-            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
-                self.inner.version_of(k).await
-            }
-            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
-                self.inner.get_many(k).await
-            }
-            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
-                self.inner.list(s).await
-            }
-            async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
-                if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    self.inner
-                        .commit(vec![Write::Put {
-                            object: cm("a", "foreign"),
-                            precondition: Precondition::Any,
-                        }])
-                        .await?;
-                }
-                self.inner.commit(w).await
-            }
-            async fn revision(&self) -> store::Result<u64> {
-                self.inner.revision().await
-            }
-            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
-                self.inner.watch(from).await
-            }
-            fn backend(&self) -> &'static str {
-                "racy"
-            }
-        }
-        let store = Racy {
-            inner: MemoryStore::new(),
-            raced: Default::default(),
-        };
+        let store = Hooked::new(|n| match n {
+            0 => vec![cm("a", "foreign")],
+            _ => vec![],
+        });
         let rev = Revision("r".into());
         let out = sync(&store, &req("app", &rev, &set(&[cm("a", "git")])))
             .await
@@ -1145,48 +1151,7 @@ mod tests {
     async fn an_object_changed_before_every_commit_is_set_aside_and_the_rest_applied() {
         // A store where another writer changes `busy` just before every commit, as a writer
         // hammering one object would.
-        struct Busy {
-            inner: MemoryStore,
-            n: std::sync::atomic::AtomicUsize,
-        }
-        #[async_trait::async_trait]
-        impl Store for Busy {
-            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
-                self.inner.get(k).await
-            }
-            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
-                self.inner.version_of(k).await
-            }
-            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
-                self.inner.get_many(k).await
-            }
-            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
-                self.inner.list(s).await
-            }
-            async fn commit(&self, w: Vec<Write>) -> store::Result<store::Committed> {
-                let n = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                self.inner
-                    .commit(vec![Write::Put {
-                        object: cm("busy", &format!("foreign-{n}")),
-                        precondition: Precondition::Any,
-                    }])
-                    .await?;
-                self.inner.commit(w).await
-            }
-            async fn revision(&self) -> store::Result<u64> {
-                self.inner.revision().await
-            }
-            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
-                self.inner.watch(from).await
-            }
-            fn backend(&self) -> &'static str {
-                "busy"
-            }
-        }
-        let store = Busy {
-            inner: MemoryStore::new(),
-            n: Default::default(),
-        };
+        let store = Hooked::new(|n| vec![cm("busy", &format!("foreign-{n}"))]);
         let rev = Revision("r".into());
         let desired = set(&[cm("a", "git"), cm("busy", "git"), cm("c", "git")]);
         let out = sync(&store, &req("app", &rev, &desired)).await.unwrap();
@@ -1217,52 +1182,7 @@ mod tests {
     async fn objects_created_by_a_commit_that_stopped_part_way_are_still_pruned() {
         // A store that splits commits of more than 4 writes, like etcd beyond one transaction,
         // and whose process dies after the first part of the next split commit.
-        struct Splits {
-            inner: MemoryStore,
-            crash: std::sync::atomic::AtomicBool,
-        }
-        #[async_trait::async_trait]
-        impl Store for Splits {
-            async fn get(&self, k: &ObjectKey) -> store::Result<Option<Object>> {
-                self.inner.get(k).await
-            }
-            async fn version_of(&self, k: &ObjectKey) -> store::Result<Option<u64>> {
-                self.inner.version_of(k).await
-            }
-            async fn get_many(&self, k: &[ObjectKey]) -> store::Result<store::Listing> {
-                self.inner.get_many(k).await
-            }
-            async fn list(&self, s: &Selector) -> store::Result<store::Listing> {
-                self.inner.list(s).await
-            }
-            async fn commit(&self, mut w: Vec<Write>) -> store::Result<store::Committed> {
-                if w.len() > 4 && self.crash.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                    w.truncate(4);
-                    self.inner.commit(w).await?;
-                    return Err(store::Error::Backend {
-                        op: "commit",
-                        source: "the process died".into(),
-                    });
-                }
-                self.inner.commit(w).await
-            }
-            async fn revision(&self) -> store::Result<u64> {
-                self.inner.revision().await
-            }
-            async fn watch(&self, from: u64) -> store::Result<store::Watch> {
-                self.inner.watch(from).await
-            }
-            fn backend(&self) -> &'static str {
-                "splits"
-            }
-            fn commits_atomically(&self, w: &[Write]) -> bool {
-                w.len() <= 4
-            }
-        }
-        let store = Splits {
-            inner: MemoryStore::new(),
-            crash: true.into(),
-        };
+        let store = Hooked::new(|_| vec![]).splitting_at(4);
         let rev = Revision("r1".into());
         let ten: Vec<Object> = (0..10).map(|i| cm(&format!("o{i}"), "1")).collect();
         let err = sync(&store, &req("app", &rev, &set(&ten))).await;
