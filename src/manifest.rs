@@ -599,6 +599,50 @@ fn map_get<'n>(entries: &'n [(Node, Node)], key: &str) -> Option<&'n (Node, Node
         .find(|(k, _)| matches!(&k.value, NodeKind::Str(s) if s == key))
 }
 
+/// One step of a field path: a key, every value of a map, every item of a list.
+#[derive(Clone, Copy)]
+enum Step {
+    Key(&'static str),
+    Values,
+    Each,
+}
+
+/// The nodes at `path` under `node`, each with its field path as written in messages
+/// (`spec.containers[0].args[1]`, `data.version`).
+fn walk_steps<'n>(node: &'n Node, path: &[Step], at: String, out: &mut Vec<(String, &'n Node)>) {
+    let Some((step, rest)) = path.split_first() else {
+        out.push((at, node));
+        return;
+    };
+    let join = |at: &str, k: &str| {
+        if at.is_empty() {
+            k.to_string()
+        } else {
+            format!("{at}.{k}")
+        }
+    };
+    match (step, &node.value) {
+        (Step::Key(k), NodeKind::Map(entries)) => {
+            if let Some((_, v)) = map_get(entries, k) {
+                walk_steps(v, rest, join(&at, k), out);
+            }
+        }
+        (Step::Values, NodeKind::Map(entries)) => {
+            for (k, v) in entries {
+                if let NodeKind::Str(k) = &k.value {
+                    walk_steps(v, rest, join(&at, k), out);
+                }
+            }
+        }
+        (Step::Each, NodeKind::Seq(items)) => {
+            for (i, v) in items.iter().enumerate() {
+                walk_steps(v, rest, format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn node_type(kind: &NodeKind) -> &'static str {
     match kind {
         NodeKind::Null => "null",
@@ -767,6 +811,13 @@ impl Ctx<'_> {
         self.secret = group.is_empty() && kind_s == "Secret";
         let value = self.json_of(doc);
         self.secret = false;
+        // After the number checks: an ambiguous `0755` gets its own, better message.
+        if value.is_some() {
+            self.check_string_fields(doc, &group, &kind_s);
+            if self.error_count() > errors_before {
+                return;
+            }
+        }
         let Some(value) = value else {
             return;
         };
@@ -799,6 +850,84 @@ impl Ctx<'_> {
                     node_type(&v.value)
                 ),
             );
+        }
+    }
+
+    /// Fields of the built-in kinds the Kubernetes API types as strings, where YAML 1.2 reads
+    /// an unquoted `1e3`, `0x1F`, `1.20` or `true` as a number or a boolean: an error at the
+    /// value with the quoted form to write (the value is never changed). Secrets' values are
+    /// not quoted back.
+    fn check_string_fields(&mut self, doc: &Node, group: &str, kind: &str) {
+        use Step::{Each, Key, Values};
+        let pod_spec: &[Step] = match (group, kind) {
+            ("", "Pod") => &[Key("spec")],
+            ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+            | ("batch", "Job")
+            | ("", "ReplicationController" | "PodTemplate") => {
+                &[Key("spec"), Key("template"), Key("spec")]
+            }
+            ("batch", "CronJob") => &[
+                Key("spec"),
+                Key("jobTemplate"),
+                Key("spec"),
+                Key("template"),
+                Key("spec"),
+            ],
+            _ => &[],
+        };
+        let mut paths: Vec<Vec<Step>> = Vec::new();
+        match (group, kind) {
+            ("", "ConfigMap") => {
+                paths.push(vec![Key("data"), Values]);
+                paths.push(vec![Key("binaryData"), Values]);
+            }
+            ("", "Secret") => {
+                paths.push(vec![Key("data"), Values]);
+                paths.push(vec![Key("stringData"), Values]);
+            }
+            ("", "Service") => paths.push(vec![Key("spec"), Key("selector"), Values]),
+            _ => {}
+        }
+        if !pod_spec.is_empty() {
+            paths.push([pod_spec, &[Key("nodeSelector"), Values]].concat());
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
+                let c = [pod_spec, &[Key(list), Each]].concat();
+                for tail in [
+                    &[Key("image")][..],
+                    &[Key("workingDir")],
+                    &[Key("command"), Each],
+                    &[Key("args"), Each],
+                    &[Key("env"), Each, Key("value")],
+                ] {
+                    paths.push([c.as_slice(), tail].concat());
+                }
+            }
+        }
+        let secret = group.is_empty() && kind == "Secret";
+        for path in &paths {
+            let mut found = Vec::new();
+            walk_steps(doc, path, String::new(), &mut found);
+            for (field, node) in found {
+                if !matches!(
+                    node.value,
+                    NodeKind::Bool(_) | NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
+                ) {
+                    continue;
+                }
+                let hint = if secret {
+                    ": quote the value (not shown: this is a Secret)".to_string()
+                } else {
+                    let raw = self.raw(node).unwrap_or("").trim();
+                    format!(": write it quoted, `\"{raw}\"`")
+                };
+                self.error(
+                    pos(node),
+                    format!(
+                        "`{field}` must be a string (the Kubernetes API types it so), not {}{hint}",
+                        node_type(&node.value)
+                    ),
+                );
+            }
         }
     }
 
@@ -1320,11 +1449,11 @@ mod tests {
     #[test]
     fn yes_no_on_off_stay_strings() {
         let r = one(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  a: yes\n  b: no\n  c: on\n  d: off\n  e: true\n",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec:\n  a: yes\n  b: no\n  c: on\n  d: off\n  e: true\n",
         );
         assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
         assert_eq!(
-            r.objects[0].object.get("data"),
+            r.objects[0].object.get("spec"),
             Some(&json!({"a": "yes", "b": "no", "c": "on", "d": "off", "e": true}))
         );
     }
@@ -1420,6 +1549,49 @@ mod tests {
             1,
             "the small one stays (the file is refused by its error)"
         );
+    }
+
+    #[test]
+    fn string_typed_fields_of_built_in_kinds_refuse_numbers_and_booleans() {
+        let cm = one(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  version: 1.20\n  ok: \"1.20\"\n  flag: true\n",
+        );
+        let e = errors(&cm);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(
+            e[0],
+            "6:12: `data.version` must be a string (the Kubernetes API types it so), not a number: write it quoted, `\"1.20\"`"
+        );
+        assert!(
+            e[1].starts_with("8:9: `data.flag` must be a string"),
+            "{e:?}"
+        );
+        let dep = one(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  template:\n    spec:\n      containers:\n      - name: c\n        args: [--port, 8080]\n        env:\n        - {name: A, value: 0x1F}\n        - {name: B, value: \"1\"}\n",
+        );
+        let e = errors(&dep);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(
+            e[0].contains("`spec.template.spec.containers[0].args[1]` must be a string"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].contains("`spec.template.spec.containers[0].env[0].value` must be a string"),
+            "{e:?}"
+        );
+        // A Secret's value is never quoted back.
+        let s =
+            one("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  pin: 123456\n");
+        let e = errors(&s);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("quote the value") && !e[0].contains("123456"),
+            "{e:?}"
+        );
+        // Other kinds and other fields are left alone.
+        let cr =
+            one("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\ndata:\n  n: 1\n");
+        assert!(errors(&cr).is_empty());
     }
 
     #[test]
