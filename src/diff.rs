@@ -307,6 +307,12 @@ pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) ->
 /// Merges one declared field `dv` into `target[k]`, with `last` the last-applied value there.
 fn merge_field(target: &mut Map<String, Value>, k: &str, dv: &Value, last: Option<&Value>) {
     let last_nonempty = last.filter(|v| !is_empty(v));
+    // A list declared empty is owned, as server-side apply treats an atomic list: live items
+    // are drift (a LoadBalancer's source ranges filled by hand), whatever was applied before.
+    if matches!(dv, Value::Array(a) if a.is_empty()) {
+        target.insert(k.to_string(), dv.clone());
+        return;
+    }
     if is_empty(dv) {
         match (dv, last_nonempty) {
             // Git declared content here before and now declares none: remove what we applied.
@@ -329,9 +335,11 @@ fn merge_field(target: &mut Map<String, Value>, k: &str, dv: &Value, last: Optio
                     }
                 }
             }
-            // Nothing declared and nothing applied before: write an explicit `{}`/`[]` only
-            // where the field is absent (e.g. `emptyDir: {}`), never overwrite.
+            // Nothing declared and nothing applied before.
             (Value::Null, None) => {}
+            // A map declared empty declares no fields (server-side apply's rule; the API server
+            // fills `strategy: {}` with defaults): written only where the field is absent
+            // (`emptyDir: {}`), never over what is there.
             (_, None) => {
                 if target.get(k).is_none_or(Value::is_null) {
                     target.insert(k.to_string(), dv.clone());
@@ -839,6 +847,42 @@ mod tests {
         }
         assert!(!equal(&json!(""), &json!(null)));
         assert!(!equal(&json!([1]), &json!([])));
+    }
+
+    #[test]
+    fn a_list_declared_empty_is_owned_and_a_map_declared_empty_is_not() {
+        let svc = |spec: Value| {
+            obj(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "x", "namespace": "default"}, "spec": spec}))
+        };
+        let declared = svc(json!({"loadBalancerSourceRanges": [], "type": "LoadBalancer"}));
+        // Filled by hand: drift, and the revert empties it.
+        let live = svc(json!({"loadBalancerSourceRanges": ["0.0.0.0/0"], "type": "LoadBalancer"}));
+        let step = plan_one(&declared.key(), &declared, Some(&live), None);
+        assert_eq!(step.action, Action::Update);
+        assert_eq!(step.changes[0].path, "spec.loadBalancerSourceRanges");
+        let target = step.target.unwrap();
+        assert_eq!(
+            target.get("spec").unwrap()["loadBalancerSourceRanges"],
+            json!([])
+        );
+        // Absent live: no false drift.
+        let live = svc(json!({"type": "LoadBalancer"}));
+        assert_eq!(
+            plan_one(&declared.key(), &declared, Some(&live), None).action,
+            Action::Unchanged
+        );
+        // `strategy: {}` declares no fields: the API server's defaults are not drift.
+        let dep = |spec: Value| {
+            obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "x", "namespace": "default"}, "spec": spec}))
+        };
+        let declared = dep(json!({"strategy": {}}));
+        let live = dep(json!({"strategy": {"type": "RollingUpdate"}}));
+        assert_eq!(
+            plan_one(&declared.key(), &declared, Some(&live), None).action,
+            Action::Unchanged
+        );
     }
 
     #[test]
