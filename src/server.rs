@@ -877,11 +877,40 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// How often the status pages reload themselves, in seconds.
+pub const PAGE_REFRESH_SECONDS: u32 = 5;
+
 fn page(title: &str, body: &str) -> Html<String> {
     Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}</style></head><body>{body}</body></html>",
+        "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"{PAGE_REFRESH_SECONDS}\"><title>{}</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}}.bad{{color:#b00020;font-weight:bold}}.ok{{color:#1b5e20}}</style></head><body>{body}</body></html>",
         esc(title)
     ))
+}
+
+/// How long ago `rfc3339` was, for people: `3m 12s`; empty when it does not parse.
+fn age(rfc3339: &str) -> String {
+    let Ok(t) = humantime::parse_rfc3339(rfc3339) else {
+        return String::new();
+    };
+    let secs = std::time::SystemTime::now()
+        .duration_since(t)
+        .unwrap_or_default()
+        .as_secs();
+    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+}
+
+/// The conditions that say something is wrong (`Ready`, `Healthy`, `SourceAvailable`,
+/// `Progressing` or `SyncWindow` False; `Stale` or `Contested` True), as `Type: reason: message`.
+fn failing_conditions(app: &AppStatus) -> Vec<String> {
+    app.conditions
+        .iter()
+        .filter(|c| match c.type_.as_str() {
+            "Stale" | "Contested" => c.status == "True",
+            "Reconciling" => false,
+            _ => c.status == "False",
+        })
+        .map(|c| format!("{}: {}: {}", c.type_, c.reason, c.message))
+        .collect()
 }
 
 async fn index_page(State(s): State<ServerState>) -> Response {
@@ -891,22 +920,37 @@ async fn index_page(State(s): State<ServerState>) -> Response {
     };
     let mut rows = String::new();
     for a in &apps {
-        let ready = a
+        let failing = failing_conditions(a);
+        let problems = if failing.is_empty() {
+            "<span class=\"ok\">none</span>".to_string()
+        } else {
+            failing
+                .iter()
+                .map(|f| format!("<div class=\"bad\">{}</div>", esc(f)))
+                .collect()
+        };
+        let gap = a.out_of_sync_since.as_deref().map_or("-".to_string(), |t| {
+            format!(
+                "<span class=\"bad\">{}</span> (since {})",
+                esc(&age(t)),
+                esc(t)
+            )
+        });
+        let last_sync = a
             .condition("Ready")
-            .map_or(String::new(), |c| format!("{}: {}", c.reason, c.message));
+            .map_or("-".to_string(), |c| esc(&c.last_transition_time));
         rows.push_str(&format!(
-            "<tr><td><a href=\"apps/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"apps/{}\">{}</a></td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{gap}</td><td>{last_sync}</td><td>{problems}</td></tr>",
             esc(&a.name),
             esc(&a.name),
             a.sync,
             a.health,
-            esc(a.revision.as_deref().unwrap_or("-")),
-            esc(&ready)
+            esc(a.revision.as_deref().map_or("-", |r| &r[..r.len().min(12)])),
         ));
     }
     page(
         "driftless",
-        &format!("<h1>driftless</h1><table><tr><th>app</th><th>sync</th><th>health</th><th>revision</th><th>ready</th></tr>{rows}</table>"),
+        &format!("<h1>driftless</h1><table><tr><th>app</th><th>sync</th><th>health</th><th>revision</th><th>out of sync for</th><th>Ready last changed</th><th>failing conditions</th></tr>{rows}</table><p>Refreshes every {PAGE_REFRESH_SECONDS} s.</p>"),
     )
     .into_response()
 }
@@ -951,7 +995,11 @@ fn render_app_page(app: &AppStatus, name: &str, previews: &[PreviewRecord]) -> R
         esc(app.last_attempted_revision.as_deref().unwrap_or("-")),
         app.out_of_sync_since
             .as_deref()
-            .map_or(String::new(), |t| format!(", out of sync since {}", esc(t))),
+            .map_or(String::new(), |t| format!(
+                ", <span class=\"bad\">out of sync for {}</span> (since {})",
+                esc(&age(t)),
+                esc(t)
+            )),
     );
     body.push_str("<h2>Conditions</h2><table><tr><th>type</th><th>status</th><th>reason</th><th>message</th><th>since</th></tr>");
     for c in &app.conditions {
@@ -973,14 +1021,15 @@ fn render_app_page(app: &AppStatus, name: &str, previews: &[PreviewRecord]) -> R
         body.push_str("</ul>");
     }
     body.push_str(
-        "<h2>Objects</h2><table><tr><th>object</th><th>sync</th><th>health</th><th>note</th></tr>",
+        "<h2>Objects</h2><table><tr><th>object</th><th>sync</th><th>health</th><th>why (health)</th><th>why (sync)</th></tr>",
     );
     for r in &app.resources {
         body.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.key().to_string()),
             r.sync,
             r.health,
+            esc(r.health_message.as_deref().unwrap_or("")),
             esc(r.message.as_deref().unwrap_or(""))
         ));
     }

@@ -964,11 +964,13 @@ async fn pages_come_from_the_agents_memory_and_a_crowd_of_readers_takes_turns() 
         .await
         .unwrap();
     assert_eq!(apps["apps"][0]["name"], "demo", "{apps}");
-    // Thirty readers at once (one client may hold 32 connections), for three seconds: each gets the page or a 503 that says when to
-    // retry, none fails otherwise, and a change made meanwhile is reverted.
+    // Sixteen readers at once (eight times the reads built at once, and well under the 32
+    // connections one client may hold, closing ones included), for three seconds: each gets
+    // the page or a 503 that says when to retry, none fails otherwise, and a change made
+    // meanwhile is reverted.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut readers = Vec::new();
-    for _ in 0..30 {
+    for _ in 0..16 {
         let c = c.clone();
         let url = format!("{base}/apps/demo");
         let stop = stop.clone();
@@ -1017,4 +1019,97 @@ async fn pages_come_from_the_agents_memory_and_a_crowd_of_readers_takes_turns() 
     });
     let (_, log) = agent.stop();
     assert!(log.contains("Drift reverted"), "{log}");
+}
+
+/// Runs headless Chromium (`CHROMIUM_BIN`, else `chromium` on the PATH) on `url` with `args`,
+/// returning its standard output.
+fn chromium(url: &str, args: &[&str]) -> String {
+    let bin = common::tool("CHROMIUM_BIN", "chromium");
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,700",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_pages_show_the_gap_every_failing_condition_and_why_in_a_browser() {
+    let env = Env::with_sync("      selfHeal: false\n      staleAfter: 1s\n");
+    env.repo.write(
+        "app/web.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: nginx}]\n",
+    );
+    env.repo.commit("a deployment");
+    let agent = env.agent();
+    let base = format!("http://{}", env.http_addr());
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("deployment", "web").is_some()
+    });
+    env.put(&configmap("a", &[("k", "by hand")]));
+    env.wait("stale", Duration::from_secs(30), || {
+        env.status()["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Stale" && c["status"] == "True")
+        })
+    });
+    // The index, as the browser renders it: the gap's age, every failing condition, refresh.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{base}/");
+        move || chromium(&url, &["--dump-dom"])
+    })
+    .await
+    .unwrap();
+    for want in [
+        "http-equiv=\"refresh\"",
+        "out of sync for",
+        "Stale: GapExceededThreshold",
+        "Ready: ",
+        "Healthy: Progressing",
+    ] {
+        assert!(dom.contains(want), "{want} missing from the index:\n{dom}");
+    }
+    // The app page: the gap's age and each object's health message.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{base}/apps/demo");
+        move || chromium(&url, &["--dump-dom"])
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains("out of sync for"), "{dom}");
+    assert!(
+        dom.contains("Waiting for rollout to finish"),
+        "the Deployment's health message is shown:\n{dom}"
+    );
+    // A screenshot of the index, kept under target/ for people to look at.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-index.png");
+    let _ = std::fs::remove_file(&shot);
+    tokio::task::spawn_blocking({
+        let url = format!("{base}/");
+        let arg = format!("--screenshot={}", shot.display());
+        move || chromium(&url, &[&arg])
+    })
+    .await
+    .unwrap();
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "{} bytes",
+        png.len()
+    );
+    agent.stop();
 }
