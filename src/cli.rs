@@ -580,18 +580,19 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
 }
 
 async fn run(cfg: Loaded) -> anyhow::Result<u8> {
+    // Listen first, before anything is created on disk: a start that fails (the port is taken)
+    // leaves no new files. While the store is still unreachable (etcd starting), /healthz
+    // answers (the process is alive, so a liveness probe does not restart it) and /readyz says
+    // why it is not ready. The full server takes the same socket over afterwards.
+    let server = &cfg.config.server;
+    let socket = std::net::TcpListener::bind(server.listen.value.as_str())
+        .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
     let store = open_store(&cfg).await?;
     // One agent per SQLite store; etcd replicas share apps through leases instead.
     let _lock = match cfg.sqlite_path() {
         Some(_) => Some(lock_agent(&cfg)?),
         None => None,
     };
-    // Listen at once: while the store is still unreachable (etcd starting), /healthz answers
-    // (the process is alive, so a liveness probe does not restart it) and /readyz says why it
-    // is not ready. The full server takes the same socket over afterwards.
-    let server = &cfg.config.server;
-    let socket = std::net::TcpListener::bind(server.listen.value.as_str())
-        .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
     socket
         .set_nonblocking(true)
         .context("cannot set up the listening socket")?;

@@ -1251,3 +1251,30 @@ fn store_kind_names_resolve_as_kubectl_does() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_run_that_cannot_listen_creates_nothing() {
+    let env = Env::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let config = std::fs::read_to_string(env.config())
+        .unwrap()
+        .replace("listen: \"127.0.0.1:0\"", &format!("listen: \"{addr}\""));
+    std::fs::write(env.config(), config).unwrap();
+    let before: std::collections::BTreeSet<_> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let out = env.run(&["run"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("cannot listen on"),
+        "{}",
+        stderr(&out)
+    );
+    let after: std::collections::BTreeSet<_> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "no new files");
+}
