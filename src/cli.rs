@@ -1122,11 +1122,34 @@ async fn diff_cmd(
     let mut changes = false;
     for app in selected_apps(&cfg, app.as_deref())? {
         let name = app.name.value.clone();
-        let reference = revision.as_deref().or(app.source.reference.as_deref());
-        let fetched = git
+        // `--revision` as `git rev-parse` takes it, relative to the app's ref: `HEAD~3`
+        // (HEAD is the app's ref), `main^`, a tag, a branch or a commit id.
+        let (base, suffix) = match revision.as_deref() {
+            Some(r) => match r.find(['~', '^']) {
+                Some(i) => (Some(&r[..i]), &r[i..]),
+                None => (Some(r), ""),
+            },
+            None => (None, ""),
+        };
+        let base = base.filter(|b| !b.is_empty() && *b != "HEAD");
+        let reference = base.or(app.source.reference.as_deref());
+        let mut fetched = git
             .fetch_within(&app.source.repo.value, reference, app.source.timeout.value)
             .await
             .with_context(|| format!("app {name}"))?;
+        if !suffix.is_empty() {
+            let relative = format!("{}{suffix}", fetched.revision);
+            fetched = git
+                .fetch_within(
+                    &app.source.repo.value,
+                    Some(&relative),
+                    app.source.timeout.value,
+                )
+                .await
+                .with_context(|| {
+                    format!("app {name}: revision {}", object::printable(&relative))
+                })?;
+        }
         let files = git
             .read(
                 &app.source.repo.value,

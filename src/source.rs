@@ -873,9 +873,11 @@ impl GitCache {
         let auth = self.auth_for(url);
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reference = reference.map(str::to_string);
-        let by_id = reference
-            .as_deref()
-            .is_some_and(|r| !r.starts_with("refs/") && looks_like_commit_id(r));
+        // A commit id, or one with an ancestry suffix (`<id>~3`, `<id>^2`) as `git rev-parse`
+        // takes it.
+        let by_id = reference.as_deref().is_some_and(|r| {
+            !r.starts_with("refs/") && looks_like_commit_id(r.split(['~', '^']).next().unwrap_or(r))
+        });
         let asked = std::time::Instant::now();
         let gather = self.gather_for(&path);
         if !by_id {
@@ -1324,8 +1326,12 @@ fn fetch_refs_blocking(
     Ok(out)
 }
 
-/// Fetches a commit id: from the cache when it is there (commits are immutable), else every
-/// branch and tag of the remote, then looks for it and pins it.
+/// libgit2's depth that turns a shallow repository into a whole one (`GIT_FETCH_DEPTH_UNSHALLOW`).
+const GIT_FETCH_DEPTH_UNSHALLOW: i32 = i32::MAX;
+
+/// Fetches a commit id, or one with an ancestry suffix (`<id>~3`): from the cache when it is
+/// there (commits are immutable), else every branch and tag of the remote with their whole
+/// history, then looks for it and pins it.
 fn fetch_commit_blocking(
     path: &Path,
     url: &str,
@@ -1354,9 +1360,17 @@ fn fetch_commit_blocking(
     {
         return Ok(found(commit, 0));
     }
+    if let Ok(commit) = repo.revparse_single(id).and_then(|o| o.peel_to_commit()) {
+        return Ok(found(commit, 0));
+    }
     ensure_local_exists(url)?;
     let mut remote = repo.remote_anonymous(url).map_err(fetch_failed)?;
     let mut opts = session.fetch_options(url, false);
+    // The cache is shallow where the transport allows it: an older commit, or an ancestor
+    // (`<id>~3`), needs the whole history.
+    if shallow_ok(url) {
+        opts.depth(GIT_FETCH_DEPTH_UNSHALLOW);
+    }
     remote
         .fetch(
             &[

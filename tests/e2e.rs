@@ -1278,3 +1278,31 @@ fn a_run_that_cannot_listen_creates_nothing() {
         .collect();
     assert_eq!(before, after, "no new files");
 }
+
+#[test]
+fn diff_takes_a_revision_relative_to_the_apps_ref() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("two");
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "3")]));
+    env.repo.commit("three");
+    // The store holds k=1; HEAD~1 declares 2, HEAD~2 is what is applied.
+    let out = env.run(&["diff", "--revision", "HEAD~1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).contains("+  k: \"2\""), "{}", stdout(&out));
+    let out = env.run(&["diff", "--revision", "HEAD~2"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = env.run(&["diff", "--revision", "main^"]);
+    assert!(stdout(&out).contains("+  k: \"2\""), "{}", stdout(&out));
+    // An ancestor that does not exist is an error naming it.
+    let out = env.run(&["diff", "--revision", "HEAD~9"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("~9"), "{}", stderr(&out));
+}

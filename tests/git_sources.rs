@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Env, GitRepo, configmap};
+use common::{Env, GitRepo, configmap, stderr, stdout};
 use serde_json::Value;
 
 fn condition(env: &Env, type_: &str) -> Value {
@@ -762,4 +762,27 @@ fn a_deleted_branch_is_ref_not_found_and_deletes_nothing() {
     assert_eq!(objects(&env), kept, "never \"delete everything\"");
     let (code, _) = agent.stop();
     assert_eq!(code, Some(0));
+}
+
+#[test]
+fn diff_of_an_ancestor_deepens_a_shallow_cache() {
+    // Over git:// the cache fetches one commit deep; HEAD~2 needs more history.
+    let env = Env::new();
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("two");
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "3")]));
+    env.repo.commit("three");
+    let served = tempfile::tempdir().unwrap();
+    bare_clone(&env.repo, served.path());
+    let daemon = common::GitDaemon::start(served.path());
+    config(
+        &env,
+        &format!("git://127.0.0.1:{}/web.git", daemon.port),
+        "",
+    );
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let out = env.run(&["diff", "--revision", "HEAD~2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).contains("-  k: \"3\""), "{}", stdout(&out));
+    assert!(stdout(&out).contains("+  k: \"1\""), "{}", stdout(&out));
 }

@@ -948,7 +948,7 @@ async fn previews_wait_for_the_apps_first_applied_revision() {
     project(
         &env,
         &remote,
-        "",
+        "server:\n  listen: \"127.0.0.1:0\"\n",
         &format!(
             "    sync:\n      windows:\n      - {{kind: deny, schedule: \"* * * * *\", duration: 1h, timeZone: UTC}}\n    status:\n      provider: github\n      apiUrl: {}\n      repository: acme/web\n      token: {{env: DRIFTLESS_TEST_GH_TOKEN}}\n    preview:\n      refs: \"refs/pull/*/head\"\n",
             github.uri()
