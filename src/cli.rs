@@ -1055,8 +1055,14 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
             print!("{}", report.dry_run_diff);
         }
         let s = report.summary;
+        // What was done, or with nothing written, what would be.
+        let (created, updated, deleted) = if dry_run || report.detect_only {
+            ("to create", "to update", "to delete")
+        } else {
+            ("created", "updated", "deleted")
+        };
         println!(
-            "{}: {} {} at {}: {} created, {} updated, {} deleted, {} unchanged{}",
+            "{}: {} {} at {}: {} {created}, {} {updated}, {} {deleted}, {} unchanged{}",
             st.name,
             st.sync,
             st.health,
@@ -1616,26 +1622,30 @@ fn print_table<R: AsRef<[String]>>(rows: &[R]) {
 
 /// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors.
 fn validate(paths: &[PathBuf]) -> u8 {
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-    let mut prior = Vec::new();
+    // Each PATH is its own desired set, as each app's folder is: an object declared in two
+    // of them is not a duplicate.
+    let (mut files_n, mut objects, mut skipped, mut errors, mut warnings) = (0, 0, 0, 0, 0);
     for p in paths {
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut prior = Vec::new();
         collect_files(p, &mut files, &mut prior);
+        let set = manifest::parse_set(
+            files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
+            prior,
+            &manifest::Options::default(),
+        );
+        for d in &set.diagnostics {
+            println!("{d}");
+        }
+        let e = set.diagnostics.iter().filter(|d| d.is_error()).count();
+        errors += e;
+        warnings += set.diagnostics.len() - e;
+        files_n += set.files;
+        objects += set.objects.len();
+        skipped += set.skipped;
     }
-    let set = manifest::parse_set(
-        files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
-        prior,
-        &manifest::Options::default(),
-    );
-    for d in &set.diagnostics {
-        println!("{d}");
-    }
-    let errors = set.diagnostics.iter().filter(|d| d.is_error()).count();
-    let warnings = set.diagnostics.len() - errors;
     eprintln!(
-        "{} file(s), {} object(s), {} skipped, {errors} error(s), {warnings} warning(s)",
-        set.files,
-        set.objects.len(),
-        set.skipped
+        "{files_n} file(s), {objects} object(s), {skipped} skipped, {errors} error(s), {warnings} warning(s)"
     );
     if errors > 0 { 1 } else { 0 }
 }
@@ -2032,6 +2042,16 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
                 .map(|(_, o)| o)
                 .collect();
+            if let (Some(k), true) = (&kind, objects.is_empty()) {
+                eprintln!(
+                    "note: no objects of kind `{}`{}",
+                    object::printable(k),
+                    namespace.as_deref().map_or(String::new(), |ns| format!(
+                        " in namespace {}",
+                        object::printable(ns)
+                    ))
+                );
+            }
             // Bad records are named, not allowed to hide the good ones.
             for (key, why) in listing
                 .unreadable

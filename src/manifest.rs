@@ -146,12 +146,15 @@ impl Default for Options {
     }
 }
 
-/// True for the file names driftless reads as manifests: `*.yaml`, `*.yml`, `*.json`.
+/// True for the file names driftless reads as manifests: `*.yaml`, `*.yml`, `*.json`, and
+/// `Kustomization` (kustomize's third name for its file, without an extension), which is read
+/// only to be refused (a folder that needs rendering).
 pub fn is_manifest_path(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    [".yaml", ".yml", ".json"]
-        .iter()
-        .any(|ext| name.len() > ext.len() && name.ends_with(ext))
+    name == "Kustomization"
+        || [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.len() > ext.len() && name.ends_with(ext))
 }
 
 /// Parses a set of files into a desired set.
@@ -885,16 +888,21 @@ impl Ctx<'_> {
                 paths.push(vec![Key("data"), Values]);
                 paths.push(vec![Key("stringData"), Values]);
             }
-            ("", "Service") => paths.push(vec![Key("spec"), Key("selector"), Values]),
+            ("", "Service") => {
+                paths.push(vec![Key("spec"), Key("selector"), Values]);
+                paths.push(vec![Key("spec"), Key("ports"), Each, Key("name")]);
+            }
             _ => {}
         }
         if !pod_spec.is_empty() {
             paths.push([pod_spec, &[Key("nodeSelector"), Values]].concat());
+            paths.push([pod_spec, &[Key("serviceAccountName")]].concat());
             for list in ["containers", "initContainers", "ephemeralContainers"] {
                 let c = [pod_spec, &[Key(list), Each]].concat();
                 for tail in [
                     &[Key("image")][..],
                     &[Key("workingDir")],
+                    &[Key("ports"), Each, Key("name")],
                     &[Key("command"), Each],
                     &[Key("args"), Each],
                     &[Key("env"), Each, Key("value")],
@@ -1588,6 +1596,17 @@ mod tests {
             e[0].contains("quote the value") && !e[0].contains("123456"),
             "{e:?}"
         );
+        let svc = one(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\nspec:\n  ports:\n  - {name: 8080, port: 8080}\n",
+        );
+        assert!(
+            errors(&svc)[0].contains("`spec.ports[0].name` must be a string"),
+            "{:?}",
+            errors(&svc)
+        );
+        // Kustomize's extension-less file name is read (to be refused).
+        assert!(is_manifest_path("overlay/Kustomization"));
+        assert!(!is_manifest_path("overlay/Makefile"));
         // Other kinds and other fields are left alone.
         let cr =
             one("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\ndata:\n  n: 1\n");

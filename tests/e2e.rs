@@ -438,7 +438,11 @@ fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
     assert!(lines[0].contains("WARN"), "{}", lines[0]);
     // `sync --dry-run` plans the revert and writes nothing.
     let out = env.run(&["sync", "--dry-run"]);
-    assert!(stdout(&out).contains("1 updated"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("1 to update, 0 to delete"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "by hand");
     // A manual sync applies, as in Argo CD: selfHeal governs only automatic reverts.
     let out = env.run(&["sync"]);
@@ -1141,6 +1145,34 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
         "{}",
         stderr(&out)
     );
+    // And kustomize's file name without an extension.
+    env.repo.remove("app/chart");
+    env.repo
+        .write("app/k/Kustomization", "resources: [cm.yaml]\n");
+    env.repo.commit("an overlay named Kustomization");
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("app/k/Kustomization:1:1: error: a Kustomize overlay"),
+        "{}",
+        stderr(&out)
+    );
+    // `validate` checks each folder as its own app: one object in two folders is no duplicate.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("a.yaml"), configmap("a", &[("k", "1")])).unwrap();
+    let same = tempfile::tempdir().unwrap();
+    std::fs::write(same.path().join("a.yaml"), configmap("a", &[("k", "2")])).unwrap();
+    let out = env.run(&[
+        "validate",
+        other.path().to_str().unwrap(),
+        same.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("2 file(s), 2 object(s)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -1242,6 +1274,14 @@ fn store_kind_names_resolve_as_kubectl_does() {
     let out = env.run(&["store", "list", "configmap", "-A"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("far"), "{}", stdout(&out));
+    // A kind with no objects says so rather than printing an empty table silently.
+    let out = env.run(&["store", "list", "foo"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("no objects of kind `foo`"),
+        "{}",
+        stderr(&out)
+    );
     // Not found here, found elsewhere: the hint names where.
     let out = env.run(&["store", "get", "configmap", "far"]);
     assert_eq!(out.status.code(), Some(1));

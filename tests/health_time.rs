@@ -392,7 +392,9 @@ fn without_manual_sync_a_deny_window_holds_even_manual_syncs_and_new_commits() {
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("(held by a sync window: planned, not written)"),
+        stdout(&out).contains(
+            "1 to update, 0 to delete, 1 unchanged (held by a sync window: planned, not written)"
+        ),
         "{}",
         stdout(&out)
     );

@@ -289,7 +289,7 @@ impl App {
     async fn adopt_inventory(&mut self) {
         match Inventory::load(self.store.as_ref(), self.name()).await {
             Ok(inv) => {
-                tracing::info!(revision = ?inv.revision.as_ref().map(Revision::short), "Inventory written by another process; adopting it");
+                tracing::info!(revision = %inv.revision.as_ref().map_or("(none)", Revision::short), "Inventory written by another process; adopting it");
                 if self.in_force.is_none()
                     && let Some(revision) = &inv.revision
                 {
@@ -938,7 +938,7 @@ impl App {
         let outcome = match outcome {
             Ok(o) => o,
             Err(sync::Error::Superseded { found, .. }) => {
-                tracing::info!(revision = ?found.as_ref().map(Revision::short), "Another process applied a revision meanwhile; adopting it and fetching again before applying");
+                tracing::info!(revision = %found.as_ref().map_or("(none)", Revision::short), "Another process applied a revision meanwhile; adopting it and fetching again before applying");
                 self.superseded = true;
                 return Err(());
             }
