@@ -356,11 +356,11 @@ impl Default for Readers {
 
 /// Runs a page or API read in its turn, or answers 503 when none comes within [`READ_WAIT`].
 async fn in_turn(
-    State(s): State<ServerState>,
+    State(readers): State<Readers>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match tokio::time::timeout(READ_WAIT, s.readers.0.clone().acquire_owned()).await {
+    match tokio::time::timeout(READ_WAIT, readers.0.clone().acquire_owned()).await {
         Ok(Ok(_turn)) => next.run(req).await,
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -381,7 +381,10 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/v1/apps/{name}/previews", get(list_previews))
         .route("/api/v1/apps/{name}/previews/{number}", get(get_preview))
         .route("/apps/{name}/previews/{number}", get(preview_page))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), in_turn));
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.readers.clone(),
+            in_turn,
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -1207,6 +1210,32 @@ mod tests {
             GuardedListener::new(tcp, max, idle).with_client_limits(per_client, request_timeout);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         addr
+    }
+
+    #[tokio::test]
+    async fn a_read_that_gets_no_turn_within_the_wait_is_refused_with_retry_after() {
+        let readers = Readers::default();
+        // Every turn taken, as by MAX_READS_IN_FLIGHT slow answers.
+        let _taken = readers
+            .0
+            .clone()
+            .acquire_many_owned(MAX_READS_IN_FLIGHT as u32)
+            .await
+            .unwrap();
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .route_layer(axum::middleware::from_fn_with_state(readers, in_turn));
+        tokio::spawn(async move { axum::serve(tcp, app).await.unwrap() });
+        let started = std::time::Instant::now();
+        let answer = get_root(addr).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("retry-after: 1"),
+            "{answer}"
+        );
+        assert!(started.elapsed() >= READ_WAIT);
     }
 
     async fn get_root(addr: std::net::SocketAddr) -> String {
