@@ -151,9 +151,11 @@ pub enum Command {
 /// `driftless store ...`.
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
-    /// List live objects, optionally of one KIND[.GROUP].
+    /// List live objects, optionally of some kinds: `KIND[.GROUP]`, or several joined by commas
+    /// as kubectl takes them (`svc,cm`).
     List {
-        /// `KIND` or `KIND.GROUP` (kind case-insensitive, e.g. `deployment.apps`).
+        /// `KIND` or `KIND.GROUP` (kind case-insensitive, e.g. `deployment.apps`), or a
+        /// comma-separated list of them.
         kind: Option<String>,
         /// Only this namespace.
         #[arg(short, long, conflicts_with = "all_namespaces")]
@@ -167,11 +169,12 @@ pub enum StoreCommand {
     },
     /// Print one live object: exit 0, or 1 when not found.
     Get {
-        /// `KIND` or `KIND.GROUP`.
+        /// `KIND` or `KIND.GROUP`, or `KIND[.GROUP]/NAME` as kubectl takes it (then no NAME).
         kind: String,
         /// Name.
-        name: String,
-        /// Namespace (default: `default`, then cluster-scoped).
+        name: Option<String>,
+        /// Namespace (default: `default`, then cluster-scoped). Ignored for a cluster-scoped
+        /// object, as kubectl ignores it.
         #[arg(short, long)]
         namespace: Option<String>,
         /// Output format.
@@ -189,11 +192,12 @@ pub enum StoreCommand {
     },
     /// Delete a live object: exit 0, or 1 when not found.
     Delete {
-        /// `KIND` or `KIND.GROUP`.
+        /// `KIND` or `KIND.GROUP`, or `KIND[.GROUP]/NAME` as kubectl takes it (then no NAME).
         kind: String,
         /// Name.
-        name: String,
-        /// Namespace (default: `default`, then cluster-scoped).
+        name: Option<String>,
+        /// Namespace (default: `default`, then cluster-scoped). Ignored for a cluster-scoped
+        /// object, as kubectl ignores it.
         #[arg(short, long)]
         namespace: Option<String>,
     },
@@ -1948,7 +1952,11 @@ async fn find(
             .collect()
     };
     let found = match namespace {
-        Some(ns) => in_ns(ns),
+        // kubectl ignores -n for a cluster-scoped object.
+        Some(ns) => {
+            let n = in_ns(ns);
+            if n.is_empty() { in_ns("") } else { n }
+        }
         None => {
             let d = in_ns("default");
             if d.is_empty() { in_ns("") } else { d }
@@ -1981,9 +1989,10 @@ async fn find(
 async fn find_one(
     store: &dyn Store,
     kind: &str,
-    name: &str,
+    name: Option<&str>,
     namespace: Option<&str>,
 ) -> anyhow::Result<Option<Found>> {
+    let (kind, name) = kind_and_name(kind, name)?;
     let mut found = find(store, &KindSpec::parse(kind), name, namespace).await?;
     match found.len() {
         0 => {
@@ -1998,6 +2007,26 @@ async fn find_one(
                 keys.join(", ")
             )
         }
+    }
+}
+
+/// `KIND NAME` or kubectl's `KIND/NAME` as one argument.
+///
+/// # Errors
+///
+/// Both forms at once, or neither.
+fn kind_and_name<'a>(kind: &'a str, name: Option<&'a str>) -> anyhow::Result<(&'a str, &'a str)> {
+    match (kind.split_once('/'), name) {
+        (Some((k, n)), None) if !k.is_empty() && !n.is_empty() => Ok((k, n)),
+        (None, Some(n)) => Ok((kind, n)),
+        (Some(_), Some(_)) => bail!(
+            "`{}` already names the object as KIND/NAME: drop the second argument",
+            object::printable(kind)
+        ),
+        _ => bail!(
+            "name the object: `KIND NAME` or `KIND/NAME` (got `{}`)",
+            object::printable(kind)
+        ),
     }
 }
 
@@ -2022,17 +2051,32 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             all_namespaces: _,
             output,
         } => {
-            let spec = kind.as_deref().map(KindSpec::parse);
+            let specs: Option<Vec<KindSpec>> = kind.as_deref().map(|k| {
+                k.split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(KindSpec::parse)
+                    .collect()
+            });
+            // One group for every kind named narrows the listing; otherwise list them all.
+            let group = match specs.as_deref() {
+                Some([first, rest @ ..]) if rest.iter().all(|s| s.group == first.group) => {
+                    first.group.clone()
+                }
+                _ => None,
+            };
             let listing = store
                 .list(&Selector {
-                    group: spec.as_ref().and_then(|s| s.group.clone()),
+                    group,
                     kind: None,
                     namespace: namespace.clone(),
                 })
                 .await?;
-            let wanted: Option<BTreeSet<ObjectKey>> = spec.as_ref().map(|s| {
-                s.resolve(listing.objects.keys().chain(listing.unreadable.keys()))
-                    .into_iter()
+            let wanted: Option<BTreeSet<ObjectKey>> = specs.as_ref().map(|specs| {
+                specs
+                    .iter()
+                    .flat_map(|s| {
+                        s.resolve(listing.objects.keys().chain(listing.unreadable.keys()))
+                    })
                     .cloned()
                     .collect()
             });
@@ -2105,7 +2149,7 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             name,
             namespace,
             output,
-        } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
+        } => match find_one(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await? {
             None => Ok(1),
             Some(Found::Object(one)) => {
                 print_object(&Value::from(one), output)?;
@@ -2182,7 +2226,7 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
             kind,
             name,
             namespace,
-        } => match find_one(store.as_ref(), &kind, &name, namespace.as_deref()).await? {
+        } => match find_one(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await? {
             None => Ok(1),
             Some(found) => {
                 let key = found.key();

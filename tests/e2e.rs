@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
@@ -1287,6 +1288,32 @@ fn store_kind_names_resolve_as_kubectl_does() {
         "{}",
         stderr(&out)
     );
+    // kubectl's KIND/NAME form, for get and delete.
+    let out = env.run(&["store", "get", "configmap/far", "-n", "prod", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["metadata"]["name"], "far");
+    let out = env.run(&["store", "get", "configmap/far", "far"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("KIND/NAME"), "{}", stderr(&out));
+    // Several kinds at once, comma-separated.
+    env.put("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: prod\n");
+    let out = env.run(&["store", "list", "ns,configmaps", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: BTreeSet<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["ConfigMap", "Namespace"]), "{v}");
+    // -n is ignored for a cluster-scoped object, as kubectl ignores it.
+    let out = env.run(&["store", "get", "ns", "prod", "-n", "default"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = env.run(&["store", "delete", "namespace/prod", "-n", "default"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.get("namespace", "prod").is_none());
 }
 
 #[test]

@@ -345,6 +345,33 @@ async fn a_deny_window_holds_applies_and_reverts_and_manual_sync_passes_it() {
 }
 
 #[test]
+fn time_held_by_a_sync_window_does_not_count_toward_the_progress_deadline() {
+    let env = Env::with_options("1s", "      progressDeadline: 2s\n");
+    let (window, _) = deny_this_hour(false);
+    env.app_config(&window);
+    let _agent = env.agent();
+    env.wait("held by the window", Duration::from_secs(30), || {
+        condition(&env, "Ready")["reason"] == "HeldBySyncWindow"
+    });
+    // Well past the deadline, still held: the deadline has not started.
+    std::thread::sleep(Duration::from_secs(4));
+    let st = env.status();
+    let progressing = condition(&env, "Progressing");
+    assert_eq!(progressing["reason"], "HeldBySyncWindow", "{st}");
+    assert_eq!(
+        condition(&env, "Ready")["reason"],
+        "HeldBySyncWindow",
+        "{st}"
+    );
+    assert!(st["progressingSince"].is_null(), "{st}");
+    assert!(
+        !env.log().contains("ProgressDeadlineExceeded"),
+        "{}",
+        env.log()
+    );
+}
+
+#[test]
 fn the_agent_adopts_what_a_sync_command_beside_it_applied() {
     let env = Env::with_options("1s", "");
     let (window, _) = deny_this_hour(true);

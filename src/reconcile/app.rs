@@ -1247,7 +1247,13 @@ impl App {
         let converged = s.sync == SyncStatus::Synced
             && matches!(s.health, Health::Healthy | Health::Suspended)
             && self.conflicts.is_empty();
-        if converged || self.in_force.is_none() {
+        let held = self
+            .window_state
+            .as_ref()
+            .filter(|w| !w.automatic && (out_of_sync > 0 || pending_revision));
+        // Time a sync window holds the app back is not time spent converging: the deadline
+        // counts from when the window lets the sync through (Argo CD counts no held time).
+        if converged || self.in_force.is_none() || held.is_some() {
             self.progressing_since = None;
         } else if self.progressing_since.is_none() {
             self.progressing_since = Some(wall);
@@ -1271,10 +1277,6 @@ impl App {
             .stale_after
             .as_ref()
             .and_then(|limit| gap.filter(|g| *g > limit.value).map(|g| (g, limit.value)));
-        let held = self
-            .window_state
-            .as_ref()
-            .filter(|w| !w.automatic && (out_of_sync > 0 || pending_revision));
         let secs =
             |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
         // Messages name instants, not ages: a message is written when something changes, and
@@ -1374,6 +1376,16 @@ impl App {
         }
         // Progress: True while converging within the deadline, False past it.
         match progressing_for {
+            None if held.is_some() => {
+                set_condition(
+                    &mut s.conditions,
+                    "Progressing",
+                    false,
+                    "HeldBySyncWindow",
+                    "a sync window holds the sync; the progress deadline counts from when it lets the sync through",
+                    &now,
+                );
+            }
             // Nothing applied yet (the source never answered): not "converged".
             None if self.in_force.is_none() => {
                 set_condition(
