@@ -437,6 +437,19 @@ fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
         .collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    // So is the drift itself, naming the object and its fields, once.
+    let drift: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Drift detected; not reverted"))
+        .collect();
+    assert_eq!(drift.len(), 1, "{log}");
+    assert!(
+        drift[0].contains("ConfigMap default/a")
+            && drift[0].contains("data.k")
+            && drift[0].contains("selfHeal is off"),
+        "{}",
+        drift[0]
+    );
     // `sync --dry-run` plans the revert and writes nothing.
     let out = env.run(&["sync", "--dry-run"]);
     assert!(

@@ -982,6 +982,24 @@ impl App {
                     tracing::warn!(object = %step.key, fields = ?fields, hold = ?hold, "Another writer keeps changing it back; holding the next revert");
                 }
             }
+        } else if dry_run && !self.dry_run {
+            // Drift found but not reverted (detect-only, or a sync window holds the app): each
+            // object is logged once, when it starts to differ, with the fields that differ.
+            let why = if self.may_apply() {
+                "selfHeal is off"
+            } else {
+                "a sync window holds the app"
+            };
+            for step in outcome.plan.steps.iter().filter(|s| {
+                s.action != Action::Unchanged
+                    && self
+                        .resources
+                        .get(&s.key)
+                        .is_none_or(|r| r.sync == SyncStatus::Synced)
+            }) {
+                let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
+                tracing::warn!(object = %step.key, action = ?step.action, fields = ?fields, why, "Drift detected; not reverted");
+            }
         } else if changed > 0 && !dry_run {
             tracing::info!(
                 revision = %in_force.revision.short(),
@@ -1153,11 +1171,18 @@ impl App {
         for c in &self.status.conditions {
             let old = before.iter().find(|b| b.type_ == c.type_);
             if old.is_none_or(|o| o.status != c.status || o.reason != c.reason) {
-                let level_warn = match c.type_.as_str() {
-                    "Ready" | "Healthy" | "SourceAvailable" => c.status == "False",
-                    "Stalled" | "Stale" | "Contested" => c.status == "True",
-                    _ => false,
-                };
+                // A warning when something is wrong; getting there (Progressing, Initializing,
+                // held by a window the user set) or recovering is information.
+                let transient = matches!(
+                    c.reason.as_str(),
+                    "Progressing" | "Initializing" | "NotSyncedYet" | "HeldBySyncWindow"
+                );
+                let level_warn = !transient
+                    && match c.type_.as_str() {
+                        "Ready" | "Healthy" | "SourceAvailable" => c.status == "False",
+                        "Stalled" | "Stale" | "Contested" => c.status == "True",
+                        _ => false,
+                    };
                 if level_warn {
                     tracing::warn!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
                 } else {
