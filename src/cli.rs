@@ -1217,7 +1217,9 @@ async fn diff_cmd(
             println!("! {key}: declared here but owned by app {owner}; not applied");
         }
         let s = outcome.plan.summary();
-        changes |= s.create + s.update + s.delete > 0;
+        // A write held back (a delete `prune: false` keeps) is still a difference: the app
+        // reads OutOfSync for it, as Argo CD does (`RequiresPruning`).
+        changes |= s.create + s.update + s.delete + s.skipped > 0;
     }
     Ok(if changes { 1 } else { 0 })
 }

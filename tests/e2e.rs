@@ -471,6 +471,27 @@ fn detect_only_reports_drift_with_its_age_and_does_not_revert() {
 }
 
 #[test]
+fn diff_exits_1_when_only_a_delete_held_by_prune_false_differs() {
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let config = std::fs::read_to_string(env.config())
+        .unwrap()
+        .replace("prune: true", "prune: false");
+    std::fs::write(env.config(), config).unwrap();
+    env.repo.remove("app/b.yaml");
+    env.repo.commit("b goes");
+    // The sync applies the revision and says what it kept (exit 1: not all synced).
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(env.get("configmap", "b").is_some(), "prune: false keeps it");
+    // The status says the app differs from Git; diff agrees.
+    assert_eq!(env.status()["sync"], "OutOfSync");
+    let out = env.run(&["diff"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("prune"), "{}", stdout(&out));
+}
+
+#[test]
 fn diff_exits_0_1_2_and_masks_secrets() {
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
