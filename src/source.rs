@@ -56,13 +56,16 @@ pub enum Error {
         /// The repository URL.
         url: String,
     },
-    /// The app's path does not exist (or is not a folder) at the revision.
-    #[error("path `{path}` does not exist at revision {revision}")]
+    /// The app's path is not a folder at the revision: it does not exist, names a file, or is
+    /// a symbolic link that leaves the repository or loops.
+    #[error("path `{path}` {why} at revision {revision}")]
     PathNotFound {
         /// The configured path.
         path: String,
         /// The commit.
         revision: String,
+        /// What is there instead (`does not exist`, `is a file, not a folder ...`).
+        why: &'static str,
     },
     /// Reading objects from the cache failed.
     #[error("cannot read {what} from the repository cache")]
@@ -1584,11 +1587,13 @@ fn read_files(repo: &Repository, revision: &Revision, path: &str, limits: Limits
         .find_commit(oid)
         .map_err(read_failed(&format!("commit {revision}")))?;
     let root = commit.tree().map_err(read_failed("root tree"))?;
-    let path_not_found = || Error::PathNotFound {
+    let path_not_found = |why: &'static str| Error::PathNotFound {
         path: path.to_string(),
         revision: revision.0.clone(),
+        why,
     };
-    let base = normalize(path).ok_or_else(path_not_found)?;
+    let missing = "does not exist";
+    let base = normalize(path).ok_or_else(|| path_not_found(missing))?;
     let mut walker = Walker {
         repo,
         root: root.clone(),
@@ -1602,12 +1607,25 @@ fn read_files(repo: &Repository, revision: &Revision, path: &str, limits: Limits
     let tree = if base.is_empty() {
         root
     } else {
-        let entry = walker.resolve(&base, 0).ok_or_else(path_not_found)?;
+        let entry = walker
+            .resolve(&base, 0)
+            .ok_or_else(|| path_not_found(missing))?;
         match entry {
             Resolved::Tree(t) => t,
-            Resolved::Blob(..) | Resolved::Outside(_) | Resolved::Missing | Resolved::TooDeep => {
-                return Err(path_not_found());
+            Resolved::Blob(..) => {
+                return Err(path_not_found(
+                    "is a file, not a folder: point source.path at the folder that holds it",
+                ));
             }
+            Resolved::Outside(_) => {
+                return Err(path_not_found(
+                    "is a symbolic link that leaves the repository",
+                ));
+            }
+            Resolved::TooDeep => {
+                return Err(path_not_found("is a symbolic link that loops"));
+            }
+            Resolved::Missing => return Err(path_not_found(missing)),
         }
     };
     walker.out.tree_id = tree.id().to_string();

@@ -130,10 +130,23 @@ async fn reads_manifests_from_the_tree_in_path_order_without_a_checkout() {
         .unwrap();
     assert_eq!(all.files.len(), 4);
     let err = cache
-        .read(&repo.url(), &Revision(id), "missing", Limits::default())
+        .read(
+            &repo.url(),
+            &Revision(id.clone()),
+            "missing",
+            Limits::default(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PathNotFound { .. }), "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    // A path naming a file says so, and what to do.
+    let err = cache
+        .read(&repo.url(), &Revision(id), "app/z.yaml", Limits::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PathNotFound { .. }), "{err}");
+    assert!(err.to_string().contains("is a file, not a folder"), "{err}");
 }
 
 #[tokio::test]
