@@ -54,10 +54,26 @@ pub enum LogFormat {
 /// Output formats of `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum StatusFormat {
-    /// A table.
+    /// A table; `status` cuts long messages to [`MESSAGE_WIDTH`] characters.
     Table,
+    /// A table with whole messages, as kubectl's `-o wide`.
+    Wide,
     /// The JSON of ARCHITECTURE.md section 7.
     Json,
+}
+
+/// How many characters of a message the `status` table shows (`-o wide` shows all).
+pub const MESSAGE_WIDTH: usize = 80;
+
+/// `text` cut to `width` characters, ending in `…` when cut.
+fn truncated(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
 }
 
 /// Output formats of `store`.
@@ -1387,7 +1403,7 @@ fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyhow::Result<
                 serde_json::to_string_pretty(&serde_json::json!({ "objects": objects }))?
             );
         }
-        StatusFormat::Table => {
+        StatusFormat::Table | StatusFormat::Wide => {
             for (o, a) in &assessed {
                 if a.message.is_empty() {
                     println!("{}: {}", o.key(), a.health);
@@ -1527,7 +1543,7 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
             let v = serde_json::json!({ "apps": list });
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
-        StatusFormat::Table => {
+        StatusFormat::Table | StatusFormat::Wide => {
             // The REPLICA column only with etcd replicas.
             let mut rows = vec![vec![
                 "NAME".to_string(),
@@ -1553,7 +1569,14 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                         .map_or("-".into(), |r| r.chars().take(12).collect()),
                     a.out_of_sync_since.clone().unwrap_or_else(|| "-".into()),
                     replica,
-                    ready.map_or(String::new(), |c| format!("{}: {}", c.reason, c.message)),
+                    ready.map_or(String::new(), |c| {
+                        let m = format!("{}: {}", c.reason, c.message);
+                        if output == StatusFormat::Wide {
+                            m
+                        } else {
+                            truncated(&m, MESSAGE_WIDTH)
+                        }
+                    }),
                 ]);
             }
             if holders.is_none() {

@@ -234,6 +234,14 @@ fn a_bad_commit_applies_nothing_and_the_previous_revision_stays_enforced() {
             .starts_with("invalid manifest app/bad.yaml:7:5: duplicate key `track`"),
         "{ready}"
     );
+    // The table cuts a long message; `-o wide` shows it whole.
+    let whole = format!("InvalidManifest: {}", ready["message"].as_str().unwrap());
+    assert!(whole.chars().count() > 80, "{whole}");
+    let table = stdout(&env.run(&["status"]));
+    let row = table.lines().find(|l| l.starts_with("demo")).unwrap();
+    assert!(row.ends_with('…') && !row.contains(&whole), "{table}");
+    let wide = stdout(&env.run(&["status", "-o", "wide"]));
+    assert!(wide.contains(&whole), "{wide}");
     // The good revision is still enforced: drift is reverted to it.
     env.put(&configmap("b", &[("k", "drift")]));
     env.run(&["sync"]);
