@@ -469,6 +469,12 @@ async fn pull_requests_get_a_status_a_diff_page_and_one_comment_and_the_app_is_u
         err["description"],
         "invalid manifest app/bad.yaml:5:20: duplicate key `a`"
     );
+    // A failed preview is logged as a warning.
+    env.wait("the preview's warning", Duration::from_secs(10), || {
+        env.log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("Preview") && l.contains("number=8"))
+    });
     let rec8: Value = client()
         .get(format!("{addr}/api/v1/apps/demo/previews/8"))
         .send()
@@ -982,5 +988,13 @@ async fn previews_wait_for_the_apps_first_applied_revision() {
         .filter(|(sha, b)| *sha == head && b["context"] == "driftless/demo/preview")
         .collect();
     assert!(posted.is_empty(), "{posted:?}");
+    // The wait is said once at INFO, not only in debug lines.
+    let log = env.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Previews wait until the app applies its first revision"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("INFO"), "{}", said[0]);
     agent.stop();
 }

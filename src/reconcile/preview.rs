@@ -62,6 +62,8 @@ pub struct Previews {
     skipped: BTreeSet<String>,
     /// The deployed desired set of each pull request, by the revision it was read at.
     desired: HashMap<String, (Revision, Arc<BTreeMap<ObjectKey, Object>>)>,
+    /// True once the wait for the app's first applied revision was logged (logged once).
+    waiting_logged: bool,
 }
 
 impl Previews {
@@ -107,6 +109,7 @@ impl Previews {
             commenter: None,
             external_url: None,
             health_rules: health::CustomRules::none(),
+            waiting_logged: false,
             records,
             skipped: BTreeSet::new(),
             desired: HashMap::new(),
@@ -194,9 +197,18 @@ impl Previews {
         // revision whole, every object would read "to create", a wrong status on the pull
         // request that the next pass corrects.
         if base.revision.is_none() {
+            if !self.waiting_logged {
+                tracing::info!(
+                    "Previews wait until the app applies its first revision (they are diffs against it)"
+                );
+                self.waiting_logged = true;
+            }
             tracing::debug!("The app has not applied a revision yet; previews wait for it");
             report.waiting = true;
             return report;
+        }
+        if std::mem::take(&mut self.waiting_logged) {
+            tracing::info!(revision = %base.revision.as_ref().map_or("", Revision::short), "The app applied a revision; planning previews");
         }
         let (eligible, skipped) = self.select(heads);
         let wanted: BTreeSet<String> = eligible.iter().map(|(n, _)| n.clone()).collect();
@@ -476,7 +488,12 @@ impl Previews {
             preview::write(self.store.as_ref(), &rec)
                 .await
                 .map_err(|e| error_chain(&e))?;
-            tracing::info!(number, revision = %head.revision.short(), state = ?rec.state, description = %rec.description, "Preview");
+            // A preview that failed is a warning; one applied or under way is information.
+            if matches!(rec.state, State::Error | State::Failure) {
+                tracing::warn!(number = %number, revision = %head.revision.short(), state = ?rec.state, description = %rec.description, "Preview");
+            } else {
+                tracing::info!(number = %number, revision = %head.revision.short(), state = ?rec.state, description = %rec.description, "Preview");
+            }
             self.records.insert(number.to_string(), rec);
         }
         Ok(())
