@@ -136,7 +136,8 @@ pub enum Command {
         /// Conditions, comma-separated: `synced`, `healthy`.
         #[arg(long = "for", value_delimiter = ',', default_value = "synced,healthy")]
         conditions: Vec<String>,
-        /// Also require this revision in force (a commit id or its prefix).
+        /// Also require this revision in force: a commit id or its prefix, or a name resolved in
+        /// the app's repository as `git rev-parse` takes it (`main`, a tag, `HEAD~1`).
         #[arg(long)]
         revision: Option<String>,
         /// How long to wait, e.g. `90s`, `5m`.
@@ -1138,6 +1139,47 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
     Ok(if all_synced { 0 } else { 1 })
 }
 
+/// The commit `revision` names in `app`'s repository, fetched into the cache, as
+/// `git rev-parse` takes it relative to the app's ref: `HEAD~3` (HEAD is the app's ref),
+/// `main^`, a tag, a branch or a commit id. `None` is the app's ref.
+///
+/// # Errors
+///
+/// The fetch's error ([`source::Error::RefNotFound`] for a name the repository lacks), with the
+/// app's name.
+async fn resolve_revision(
+    git: &GitCache,
+    app: &config::AppConfig,
+    revision: Option<&str>,
+) -> anyhow::Result<source::Fetched> {
+    let name = &app.name.value;
+    let (base, suffix) = match revision {
+        Some(r) => match r.find(['~', '^']) {
+            Some(i) => (Some(&r[..i]), &r[i..]),
+            None => (Some(r), ""),
+        },
+        None => (None, ""),
+    };
+    let base = base.filter(|b| !b.is_empty() && *b != "HEAD");
+    let reference = base.or(app.source.reference.as_deref());
+    let mut fetched = git
+        .fetch_within(&app.source.repo.value, reference, app.source.timeout.value)
+        .await
+        .with_context(|| format!("app {name}"))?;
+    if !suffix.is_empty() {
+        let relative = format!("{}{suffix}", fetched.revision);
+        fetched = git
+            .fetch_within(
+                &app.source.repo.value,
+                Some(&relative),
+                app.source.timeout.value,
+            )
+            .await
+            .with_context(|| format!("app {name}: revision {}", object::printable(&relative)))?;
+    }
+    Ok(fetched)
+}
+
 async fn diff_cmd(
     cfg: Loaded,
     app: Option<String>,
@@ -1148,34 +1190,7 @@ async fn diff_cmd(
     let mut changes = false;
     for app in selected_apps(&cfg, app.as_deref())? {
         let name = app.name.value.clone();
-        // `--revision` as `git rev-parse` takes it, relative to the app's ref: `HEAD~3`
-        // (HEAD is the app's ref), `main^`, a tag, a branch or a commit id.
-        let (base, suffix) = match revision.as_deref() {
-            Some(r) => match r.find(['~', '^']) {
-                Some(i) => (Some(&r[..i]), &r[i..]),
-                None => (Some(r), ""),
-            },
-            None => (None, ""),
-        };
-        let base = base.filter(|b| !b.is_empty() && *b != "HEAD");
-        let reference = base.or(app.source.reference.as_deref());
-        let mut fetched = git
-            .fetch_within(&app.source.repo.value, reference, app.source.timeout.value)
-            .await
-            .with_context(|| format!("app {name}"))?;
-        if !suffix.is_empty() {
-            let relative = format!("{}{suffix}", fetched.revision);
-            fetched = git
-                .fetch_within(
-                    &app.source.repo.value,
-                    Some(&relative),
-                    app.source.timeout.value,
-                )
-                .await
-                .with_context(|| {
-                    format!("app {name}: revision {}", object::printable(&relative))
-                })?;
-        }
+        let fetched = resolve_revision(&git, &app, revision.as_deref()).await?;
         let files = git
             .read(
                 &app.source.repo.value,
@@ -1430,7 +1445,21 @@ async fn wait_cmd(
         }
     }
     // An app that is not configured would never get there: say so now.
-    selected_apps(&cfg, Some(app))?;
+    let app_cfg = selected_apps(&cfg, Some(app))?.remove(0);
+    // A commit id (or its prefix) is compared as given; any other name (a branch, a tag,
+    // `HEAD~1`) is resolved in the app's repository first, as `diff --revision` does.
+    let resolved: Option<String> = match revision {
+        Some(r) if r.len() >= 4 && r.len() <= 40 && r.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(r.to_ascii_lowercase())
+        }
+        Some(r) => {
+            let fetched = resolve_revision(&git_cache(&cfg)?, &app_cfg, Some(r)).await?;
+            eprintln!("{} is {}", object::printable(r), fetched.revision.0);
+            Some(fetched.revision.0)
+        }
+        None => None,
+    };
+    let revision = resolved.as_deref();
     let deadline = tokio::time::Instant::now() + timeout;
     let mut store: Option<Arc<dyn Store>> = None;
     let mut last = String::from("no status recorded yet");
@@ -1488,6 +1517,29 @@ async fn wait_cmd(
                     if ok {
                         println!("{last}");
                         return Ok(0);
+                    }
+                    // The revision waited for was refused as it stands (it does not parse, its
+                    // path is missing, its signature is rejected, it would prune everything):
+                    // no retry will change that, only a new commit. Say so now.
+                    let attempted = st.last_attempted_revision.as_deref();
+                    let refused = st.condition("Ready").filter(|c| {
+                        matches!(
+                            c.reason.as_str(),
+                            "InvalidManifest"
+                                | "PathNotFound"
+                                | "SignatureRejected"
+                                | "PruneBlocked"
+                        )
+                    });
+                    if let (Some(c), Some(attempted)) = (refused, attempted)
+                        && attempted != st.revision.as_deref().unwrap_or_default()
+                        && revision.is_none_or(|r| attempted.starts_with(r))
+                    {
+                        println!(
+                            "revision {attempted} will not be applied ({}: {}); a new commit is needed",
+                            c.reason, c.message
+                        );
+                        return Ok(1);
                     }
                 }
                 Ok(None) => last = format!("no status recorded for {app} yet"),

@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Env, configmap, stdout};
+use common::{Env, configmap, stderr, stdout};
 use serde_json::{Value, json};
 
 fn deployment(replicas: u32) -> String {
@@ -503,6 +503,48 @@ fn wait_exits_0_when_the_conditions_hold_and_1_at_the_timeout() {
         "an unknown app fails at once"
     );
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no app named `nope`"));
+    // A name is resolved in the app's repository: `main` is the head commit.
+    let at_main = env.run(&[
+        "wait",
+        "--app",
+        "demo",
+        "--for",
+        "synced",
+        "--timeout",
+        "5s",
+        "--revision",
+        "main",
+    ]);
+    assert_eq!(at_main.status.code(), Some(0), "{}", stdout(&at_main));
+    assert!(
+        stderr(&at_main).contains(&format!("main is {}", env.repo.head())),
+        "{}",
+        stderr(&at_main)
+    );
+    // A revision refused as it stands (it does not parse) fails at once, not at the timeout.
+    env.repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, name: y}\n",
+    );
+    let bad = env.repo.commit("bad");
+    assert_eq!(env.run(&["sync"]).status.code(), Some(1));
+    let started = Instant::now();
+    let refused = env.run(&[
+        "wait",
+        "--app",
+        "demo",
+        "--timeout",
+        "1m",
+        "--revision",
+        &bad,
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        stdout(&refused).contains("will not be applied (InvalidManifest: "),
+        "{}",
+        stdout(&refused)
+    );
 }
 
 #[test]
