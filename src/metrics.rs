@@ -5,6 +5,7 @@
 //! | `driftless_app_info` | gauge (1) | app, revision, sync, health | the app's revision in force, sync status and health |
 //! | `driftless_app_out_of_sync_seconds` | gauge | app | age of the gap (seconds since the app stopped being Synced), 0 when Synced; computed when scraped |
 //! | `driftless_app_resources` | gauge | app, sync | objects per sync status |
+//! | `driftless_app_condition` | gauge (0 or 1) | app, type, status | 1 for the status each condition has now (`True`, `False`, `Unknown`), 0 for the other two, as Flux's `gotk_reconcile_condition`; a condition the app no longer has has no series |
 //! | `driftless_reconcile_duration_seconds` | histogram | app | duration of one reconcile |
 //! | `driftless_drift_reverted_total` | counter | app | objects whose drift the change feed reverted |
 //! | `driftless_source_fetch_duration_seconds` | histogram | app | duration of one fetch |
@@ -45,6 +46,13 @@ struct ResourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    app: String,
+    r#type: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     provider: String,
     result: String,
@@ -64,13 +72,15 @@ pub struct Metrics {
     app_info: Family<InfoLabels, Gauge>,
     out_of_sync: Family<AppLabel, Gauge<f64, AtomicU64>>,
     resources: Family<ResourceLabels, Gauge>,
+    conditions: Family<ConditionLabels, Gauge>,
     reconcile_duration: SecondsHistogram,
     drift_reverted: Family<AppLabel, Counter>,
     fetch_duration: SecondsHistogram,
     fetch_errors: Family<AppLabel, Counter>,
     status_requests: Family<RequestLabels, Counter>,
-    /// Per app: the info labels last set (to drop the old series) and when the gap opened.
-    apps: Mutex<HashMap<String, (InfoLabels, Option<SystemTime>)>>,
+    /// Per app: the info labels last set (to drop the old series), when the gap opened, and
+    /// the condition types last set (to drop the series of one that went away).
+    apps: Mutex<HashMap<String, (InfoLabels, Option<SystemTime>, Vec<String>)>>,
 }
 
 impl Default for Metrics {
@@ -86,6 +96,7 @@ impl Metrics {
         let app_info = Family::<InfoLabels, Gauge>::default();
         let out_of_sync = Family::<AppLabel, Gauge<f64, AtomicU64>>::default();
         let resources = Family::<ResourceLabels, Gauge>::default();
+        let conditions = Family::<ConditionLabels, Gauge>::default();
         let reconcile_duration: SecondsHistogram = Family::new_with_constructor(seconds_histogram);
         let drift_reverted = Family::<AppLabel, Counter>::default();
         let fetch_duration: SecondsHistogram = Family::new_with_constructor(seconds_histogram);
@@ -105,6 +116,11 @@ impl Metrics {
             "driftless_app_resources",
             "Objects of the app by sync status",
             resources.clone(),
+        );
+        registry.register(
+            "driftless_app_condition",
+            "1 for the status each condition of the app has now (True, False, Unknown), 0 for the others",
+            conditions.clone(),
         );
         registry.register(
             "driftless_reconcile_duration_seconds",
@@ -136,6 +152,7 @@ impl Metrics {
             app_info,
             out_of_sync,
             resources,
+            conditions,
             reconcile_duration,
             drift_reverted,
             fetch_duration,
@@ -168,14 +185,33 @@ impl Metrics {
             .out_of_sync_since
             .as_deref()
             .and_then(|t| humantime::parse_rfc3339(t).ok());
+        let condition = |type_: &str, value: &str| ConditionLabels {
+            app: status.name.clone(),
+            r#type: type_.to_string(),
+            status: value.to_string(),
+        };
+        const VALUES: [&str; 3] = ["True", "False", "Unknown"];
+        let types: Vec<String> = status.conditions.iter().map(|c| c.type_.clone()).collect();
         let mut apps = self.apps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((old, _)) = apps.get(&status.name)
-            && *old != labels
-        {
-            self.app_info.remove(old);
+        if let Some((old, _, old_types)) = apps.get(&status.name) {
+            if *old != labels {
+                self.app_info.remove(old);
+            }
+            for gone in old_types.iter().filter(|t| !types.contains(t)) {
+                for v in VALUES {
+                    self.conditions.remove(&condition(gone, v));
+                }
+            }
         }
         self.app_info.get_or_create(&labels).set(1);
-        apps.insert(status.name.clone(), (labels, since));
+        for c in &status.conditions {
+            for v in VALUES {
+                self.conditions
+                    .get_or_create(&condition(&c.type_, v))
+                    .set(i64::from(c.status == v));
+            }
+        }
+        apps.insert(status.name.clone(), (labels, since, types));
         drop(apps);
         for sync in [
             SyncStatus::Synced,
@@ -231,7 +267,7 @@ impl Metrics {
         let now = SystemTime::now();
         {
             let apps = self.apps.lock().unwrap_or_else(|e| e.into_inner());
-            for (app, (_, since)) in apps.iter() {
+            for (app, (_, since, _)) in apps.iter() {
                 let age = since
                     .and_then(|s| now.duration_since(s).ok())
                     .map_or(0.0, |d| d.as_secs_f64());
@@ -260,9 +296,37 @@ mod tests {
         st.sync = SyncStatus::OutOfSync;
         st.health = Health::Healthy;
         st.out_of_sync_since = Some("2000-01-01T00:00:00Z".into());
+        crate::status::set_condition(
+            &mut st.conditions,
+            "Stale",
+            true,
+            "GapExceededThreshold",
+            "",
+            "2000-01-01T00:00:00Z",
+        );
+        crate::status::set_condition(
+            &mut st.conditions,
+            "Ready",
+            false,
+            "OutOfSync",
+            "",
+            "2000-01-01T00:00:00Z",
+        );
         m.observe_status(&st);
+        let text = m.encode();
+        for line in [
+            "driftless_app_condition{app=\"web\",type=\"Stale\",status=\"True\"} 1",
+            "driftless_app_condition{app=\"web\",type=\"Stale\",status=\"False\"} 0",
+            "driftless_app_condition{app=\"web\",type=\"Ready\",status=\"False\"} 1",
+            "driftless_app_condition{app=\"web\",type=\"Ready\",status=\"Unknown\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A condition the app no longer has loses its series.
+        st.conditions.retain(|c| c.type_ != "Stale");
         st.revision = Some("def".into());
         m.observe_status(&st);
+        assert!(!m.encode().contains("type=\"Stale\""));
         m.reconcile_duration("web", 0.2);
         m.fetch("web", 0.1, true);
         m.drift_reverted("web", 2);
