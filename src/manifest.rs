@@ -679,7 +679,19 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
 }
 
 impl Ctx<'_> {
+    /// Reports an error at `at`, unless one is already reported there: every check runs on
+    /// every document (a file's errors come in one round), and the first check to find a
+    /// value wrong has the more specific message (`0755`'s number spelling before "must be a
+    /// string").
     fn error(&mut self, at: (u64, u64), message: impl Into<String>) {
+        if self
+            .out
+            .diagnostics
+            .iter()
+            .any(|d| d.is_error() && d.line == at.0 && d.column == at.1)
+        {
+            return;
+        }
         self.errors += 1;
         self.out
             .diagnostics
@@ -807,19 +819,30 @@ impl Ctx<'_> {
             .rsplit_once('/')
             .map_or("", |(g, _)| g)
             .to_string();
+        // Every check runs, so a file's errors are reported in one round; an error at a
+        // position already reported is not repeated (see `error`).
+        self.secret = group.is_empty() && kind_s == "Secret";
+        let before_metadata = self.error_count();
         self.check_metadata(doc, entries, &group, &kind_s);
+        let value = if self.error_count() > before_metadata {
+            // The rest of the document is still checked; metadata, already found wrong, is
+            // not read again (an unrendered `{{ x }}` would be reported twice).
+            for (k, v) in entries
+                .iter()
+                .filter(|(k, _)| !matches!(&k.value, NodeKind::Str(key) if key == "metadata"))
+            {
+                self.key_string(k);
+                self.json_of(v);
+            }
+            None
+        } else {
+            self.json_of(doc)
+        };
+        // After the number checks: an ambiguous `0755` keeps its own, better message.
+        self.check_string_fields(doc, &group, &kind_s);
+        self.secret = false;
         if self.error_count() > errors_before {
             return;
-        }
-        self.secret = group.is_empty() && kind_s == "Secret";
-        let value = self.json_of(doc);
-        self.secret = false;
-        // After the number checks: an ambiguous `0755` gets its own, better message.
-        if value.is_some() {
-            self.check_string_fields(doc, &group, &kind_s);
-            if self.error_count() > errors_before {
-                return;
-            }
         }
         let Some(value) = value else {
             return;
@@ -1163,7 +1186,15 @@ impl Ctx<'_> {
                 Some(self.raw(k).unwrap_or_default().trim().to_string())
             }
             NodeKind::Seq(_) | NodeKind::Map(_) => {
-                self.error(pos(k), "a mapping key must be a scalar, not a collection");
+                let hint = if matches!(k.value, NodeKind::Map(_)) {
+                    " (an unrendered template such as `{{ .Values.x }}` reads as a mapping; render it first)"
+                } else {
+                    ""
+                };
+                self.error(
+                    pos(k),
+                    format!("a mapping key must be a scalar, not a collection{hint}"),
+                );
                 None
             }
         }
@@ -1633,6 +1664,40 @@ mod tests {
         }
         // Files that only look alike are parsed as usual.
         assert!(parse_file("charts.yaml", b"a: 1\n").diagnostics[0].severity == Severity::Warning);
+    }
+
+    #[test]
+    fn a_files_errors_come_in_one_round_each_once() {
+        // A bad name, an ambiguous number, and a number in a string-typed field: all three at
+        // once, each once, and `0755` in a string field keeps its own message.
+        let r = one(concat!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: Web\n",
+            "spec:\n  replicas: 012\n  template:\n    spec:\n      containers:\n",
+            "      - name: web\n        image: nginx\n        args: [1e3, 0755]\n",
+        ));
+        let e = errors(&r);
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("4:9: invalid metadata.name `Web`")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("6:13: ") && m.contains("012")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("12:16: ") && m.contains("\"1e3\"")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|m| m.starts_with("12:21: ")
+                && m.contains("0755")
+                && !m.contains("must be a string")),
+            "{e:?}"
+        );
     }
 
     #[test]
