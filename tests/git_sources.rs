@@ -68,6 +68,10 @@ fn ssh_sources_check_host_keys_survive_outages_and_follow_force_pushes() {
     });
     assert_eq!(condition(&env, "SourceAvailable")["status"], "False");
     assert_eq!(objects(&env), kept, "nothing deleted during an outage");
+    // Not knowing of a newer commit is not drift: the outage opens no gap (and so no Stale).
+    let st = env.status();
+    assert!(st["outOfSyncSince"].is_null(), "{st}");
+    assert!(st["progressingSince"].is_null(), "{st}");
 
     // Back, but with another host key: refused, naming the host and the new key.
     ssh.replace_host_key();

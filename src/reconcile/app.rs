@@ -1234,6 +1234,13 @@ impl App {
         } else {
             health::worst(s.resources.iter().map(|r| r.health))
         };
+        // Only the source is down: the store matches the revision in force.
+        let outage_only = s.sync == SyncStatus::Unknown
+            && matches!(self.problem, Some(Problem::Source { .. }))
+            && self.sync_error.is_none()
+            && self.in_force.is_some()
+            && out_of_sync == 0
+            && !pending_revision;
         let fighting = !self.fights.active().is_empty();
         if !fighting {
             self.fight_gap_start = None;
@@ -1246,6 +1253,10 @@ impl App {
                     self.fight_gap_start.get_or_insert(start);
                 }
             }
+            // A source outage alone opens no gap: the store still matches the last revision
+            // fetched, and not knowing of a newer one is not drift (SourceAvailable=False says
+            // the source is down; a gap already open stays open).
+            SyncStatus::Unknown if outage_only => {}
             _ => {
                 if s.out_of_sync_since.is_none() {
                     s.out_of_sync_since =
@@ -1269,7 +1280,8 @@ impl App {
             .next()
             .unwrap_or_default();
         // Convergence: synced and healthy (or deliberately suspended), with nothing failing.
-        let converged = s.sync == SyncStatus::Synced
+        // A source outage alone does not start the progress clock either.
+        let converged = (s.sync == SyncStatus::Synced || outage_only)
             && matches!(s.health, Health::Healthy | Health::Suspended)
             && self.conflicts.is_empty();
         let held = self
@@ -1423,12 +1435,17 @@ impl App {
                 );
             }
             None => {
+                let message = if outage_only {
+                    "healthy, matching the revision in force; the source cannot be read"
+                } else {
+                    "synced and healthy"
+                };
                 set_condition(
                     &mut s.conditions,
                     "Progressing",
                     true,
                     "Converged",
-                    "synced and healthy",
+                    message,
                     &now,
                 );
             }
