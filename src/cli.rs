@@ -1936,6 +1936,31 @@ impl KindSpec {
     }
 }
 
+/// A hint for a kind named without its group that is one of driftless's own records
+/// (`Inventory`, `AppStatus`, `Ownership`, `Preview`), which are listed only when their group
+/// `driftless.io` is named.
+fn reserved_kind_hint(kind: &str) -> Option<String> {
+    let spec = KindSpec::parse(kind);
+    if spec.group.is_some() {
+        return None;
+    }
+    [
+        crate::sync::INVENTORY_KIND,
+        crate::status::KIND,
+        crate::sync::OWNERSHIP_KIND,
+        crate::preview::KIND,
+    ]
+    .into_iter()
+    .find(|k| spec.matches_as(&ObjectKey::new(object::RESERVED_GROUP, *k, "", "x"), false))
+    .map(|k| {
+        format!(
+            "note: driftless keeps its own records in group {group}: name it as `{}.{group}`",
+            k.to_ascii_lowercase(),
+            group = object::RESERVED_GROUP
+        )
+    })
+}
+
 /// kubectl's short names of built-in kinds (`kubectl api-resources`), lowercase.
 fn short_name(s: &str) -> Option<&'static str> {
     Some(match s {
@@ -2074,6 +2099,9 @@ async fn find_one(
     match found.len() {
         0 => {
             eprintln!("{kind} {name} not found");
+            if let Some(hint) = reserved_kind_hint(kind) {
+                eprintln!("{hint}");
+            }
             Ok(None)
         }
         1 => Ok(found.pop()),
@@ -2172,6 +2200,9 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                         object::printable(ns)
                     ))
                 );
+                for hint in k.split(',').filter_map(reserved_kind_hint) {
+                    eprintln!("{hint}");
+                }
             }
             // Bad records are named, not allowed to hide the good ones.
             for (key, why) in listing

@@ -1325,13 +1325,19 @@ pub fn ambiguous_number(raw: &str) -> Option<String> {
     let unsigned = raw.trim_start_matches(['-', '+']);
     let digits_only = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
     if unsigned.len() > 1 && unsigned.starts_with('0') && digits_only(unsigned) {
-        let decimal = unsigned.trim_start_matches('0');
-        let decimal = if decimal.is_empty() { "0" } else { decimal };
-        let octal = i64::from_str_radix(unsigned, 8)
-            .map(|v| format!(", `{v}` for the octal value"))
-            .unwrap_or_default();
+        let sign = if raw.starts_with('-') { "-" } else { "" };
+        let digits = unsigned.trim_start_matches('0');
+        let decimal = format!("{sign}{}", if digits.is_empty() { "0" } else { digits });
+        let numbers = match i64::from_str_radix(unsigned, 8) {
+            // `007`: the same number either way.
+            Ok(v) if format!("{sign}{v}") == decimal => {
+                format!("`{decimal}` for the number (the same in both readings)")
+            }
+            Ok(v) => format!("`{decimal}` for the decimal value, `{sign}{v}` for the octal value"),
+            Err(_) => format!("`{decimal}` for the decimal value"),
+        };
         return Some(format!(
-            "ambiguous number `{raw}`: YAML 1.2 reads it as decimal {decimal} but YAML 1.1 tools read a leading zero as octal; write `\"{raw}\"` for a string, `{decimal}` for the decimal value{octal}"
+            "ambiguous number `{raw}`: YAML 1.2 reads it as decimal {decimal} but YAML 1.1 tools read a leading zero as octal; write `\"{raw}\"` for a string, {numbers}"
         ));
     }
     if let Some(rest) = unsigned.strip_prefix("0o")
@@ -1523,6 +1529,18 @@ mod tests {
 
     #[test]
     fn ambiguous_number_explains_each_legacy_form() {
+        let same = ambiguous_number("007").unwrap();
+        assert!(
+            same.ends_with(
+                "write `\"007\"` for a string, `7` for the number (the same in both readings)"
+            ),
+            "{same}"
+        );
+        let negative = ambiguous_number("-010").unwrap();
+        assert!(
+            negative.contains("`-10` for the decimal value, `-8` for the octal value"),
+            "{negative}"
+        );
         assert!(ambiguous_number("0755").unwrap().contains("octal"));
         assert!(ambiguous_number("0o17").unwrap().contains("octal 15"));
         assert!(ambiguous_number("0b101").unwrap().contains("binary 5"));

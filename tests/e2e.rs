@@ -1350,6 +1350,14 @@ fn store_kind_names_resolve_as_kubectl_does() {
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, BTreeSet::from(["ConfigMap", "Namespace"]), "{v}");
+    // driftless's own records need their group named; the note says so.
+    let out = env.run(&["store", "get", "inventory", "demo"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("name it as `inventory.driftless.io`"),
+        "{}",
+        stderr(&out)
+    );
     // -n is ignored for a cluster-scoped object, as kubectl ignores it.
     let out = env.run(&["store", "get", "ns", "prod", "-n", "default"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
