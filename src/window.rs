@@ -77,10 +77,33 @@ impl Window {
 
     /// When this window, open at `now`, closes; `None` when it is not open.
     fn open_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.open_until_chained(now).map(|(end, _)| end)
+    }
+
+    /// When this window, open at `now`, closes, with occurrences that start before the one
+    /// in force ends chained together (`* * * * *` for 1h is open until the schedule stops
+    /// repeating, not for one hour); `true` with it when the chain was cut after
+    /// [`MAX_CHAINED`] occurrences (the end is then a lower bound). `None` when not open.
+    fn open_until_chained(&self, now: DateTime<Utc>) -> Option<(DateTime<Utc>, bool)> {
         let local = now.with_timezone(&self.tz);
+        let duration = chrono::Duration::from_std(self.duration).ok()?;
         let start = self.cron.find_previous_occurrence(&local, true).ok()?;
-        let end = start.with_timezone(&Utc) + chrono::Duration::from_std(self.duration).ok()?;
-        (now < end).then_some(end)
+        let mut end = start.with_timezone(&Utc) + duration;
+        if now >= end {
+            return None;
+        }
+        let mut from = start;
+        for _ in 0..MAX_CHAINED {
+            let Ok(next) = self.cron.find_next_occurrence(&from, false) else {
+                return Some((end, false));
+            };
+            if next.with_timezone(&Utc) > end {
+                return Some((end, false));
+            }
+            end = end.max(next.with_timezone(&Utc) + duration);
+            from = next;
+        }
+        Some((end, true))
     }
 
     /// The next time after `now` this window opens.
@@ -105,6 +128,10 @@ impl Window {
         )
     }
 }
+
+/// How many overlapping occurrences of one window are chained to find when it closes; past
+/// it the end is given as a lower bound ("until at least").
+pub const MAX_CHAINED: usize = 100;
 
 /// Whether syncs may run at one moment, and why not.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,19 +164,20 @@ pub fn state(windows: &[Window], now: DateTime<Utc>) -> State {
 }
 
 fn hold(windows: &[Window], now: DateTime<Utc>) -> State {
-    let denying: Vec<(&Window, DateTime<Utc>)> = windows
+    let denying: Vec<(&Window, (DateTime<Utc>, bool))> = windows
         .iter()
         .filter(|w| w.kind == WindowKind::Deny)
-        .filter_map(|w| w.open_until(now).map(|end| (w, end)))
+        .filter_map(|w| w.open_until_chained(now).map(|end| (w, end)))
         .collect();
-    if let Some((w, end)) = denying.first() {
+    if let Some((w, (end, cut))) = denying.first() {
         return State {
             automatic: false,
             manual: denying.iter().all(|(w, _)| w.manual_sync),
             reason: Some("DenyWindowActive"),
             message: format!(
-                "held by the {} until {}",
+                "held by the {} until {}{}",
                 w.describe(),
+                if *cut { "at least " } else { "" },
                 end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             ),
             next_open: None,
@@ -198,15 +226,16 @@ fn next_open(windows: &[Window], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
             return Some(t);
         }
         // The nearest boundary after t: an open window closing, or a window opening.
-        let next = windows
-            .iter()
-            .filter_map(|w| match w.open_until(t) {
-                Some(end) => Some(end),
-                None => w.next_open(t),
-            })
-            .filter(|b| *b > t)
-            .min()?;
-        t = next;
+        let mut boundaries = Vec::with_capacity(windows.len());
+        for w in windows {
+            match w.open_until_chained(t) {
+                // A window whose end is not known: neither is when syncs resume.
+                Some((_, true)) => return None,
+                Some((end, false)) => boundaries.push(end),
+                None => boundaries.extend(w.next_open(t)),
+            }
+        }
+        t = boundaries.into_iter().filter(|b| *b > t).min()?;
     }
     None
 }
@@ -280,6 +309,28 @@ mod tests {
             "across midnight"
         );
         assert!(state(&deny, utc(2026, 6, 11, 6, 0)).automatic);
+    }
+
+    #[test]
+    fn overlapping_occurrences_are_one_window_until_the_schedule_stops() {
+        // Every 30 minutes from 9:00 to 11:30, each open 1h: one window from 9:00 to 12:30.
+        let chained = [w(WindowKind::Deny, "*/30 9-11 * * *", "1h", None, false)];
+        let held = state(&chained, utc(2026, 6, 10, 9, 5));
+        assert!(
+            held.message.contains("until 2026-06-10T12:30:00Z"),
+            "{}",
+            held.message
+        );
+        assert_eq!(held.next_open, Some(utc(2026, 6, 10, 12, 30)));
+        // Every minute for an hour: never closes; the message says it looked a day ahead.
+        let always = [w(WindowKind::Deny, "* * * * *", "1h", None, false)];
+        let held = state(&always, utc(2026, 6, 10, 9, 5));
+        assert!(
+            held.message.contains("until at least 2026-06-10T11:"),
+            "{}",
+            held.message
+        );
+        assert_eq!(held.next_open, None);
     }
 
     #[test]
