@@ -1117,7 +1117,24 @@ impl Ctx<'_> {
                     _ => unreachable!("matched above"),
                 }
             }
-            NodeKind::Str(s) => Value::String(s.clone()),
+            NodeKind::Str(s) => {
+                if self.mode == Mode::Git
+                    && let Some(raw) = self.raw(node).map(str::trim)
+                    && let Some(b) = yaml11_bool(raw)
+                {
+                    let message = if self.secret {
+                        format!(
+                            "a Secret's value (not shown) stays a string (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; quote it to keep a string"
+                        )
+                    } else {
+                        format!(
+                            "`{raw}` stays the string \"{raw}\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; write `\"{raw}\"` to keep a string or `{b}` for a boolean"
+                        )
+                    };
+                    self.warning(pos(node), message);
+                }
+                Value::String(s.clone())
+            }
             NodeKind::Seq(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 let mut ok = true;
@@ -1225,6 +1242,17 @@ impl Ctx<'_> {
         } else {
             format!("`{raw}`")
         }
+    }
+}
+
+/// The boolean YAML 1.1 (go-yaml v2, which `sigs.k8s.io/yaml` and so kubectl use) reads an
+/// unquoted `yes`, `no`, `on`, `off`, `y` or `n` as (in the three spellings it accepts), where
+/// YAML 1.2 reads a string. `None` for anything else, quoted text included.
+fn yaml11_bool(raw: &str) -> Option<bool> {
+    match raw {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" => Some(true),
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => Some(false),
+        _ => None,
     }
 }
 
@@ -1494,12 +1522,27 @@ mod tests {
     #[test]
     fn yes_no_on_off_stay_strings() {
         let r = one(
-            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec:\n  a: yes\n  b: no\n  c: on\n  d: off\n  e: true\n",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: a}\nspec:\n  a: yes\n  b: no\n  c: on\n  d: off\n  e: true\n  f: \"yes\"\n",
         );
-        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        // Each unquoted one warns that kubectl reads it otherwise; the quoted one does not.
+        assert_eq!(r.diagnostics.len(), 4, "{:?}", r.diagnostics);
+        assert!(r.diagnostics.iter().all(|d| !d.is_error()));
+        assert_eq!(
+            r.diagnostics[0].to_string(),
+            "f.yaml:5:6: warning: `yes` stays the string \"yes\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean true; write `\"yes\"` to keep a string or `true` for a boolean"
+        );
         assert_eq!(
             r.objects[0].object.get("spec"),
-            Some(&json!({"a": "yes", "b": "no", "c": "on", "d": "off", "e": true}))
+            Some(&json!({"a": "yes", "b": "no", "c": "on", "d": "off", "e": true, "f": "yes"}))
+        );
+        // In a Secret the value is not quoted back.
+        let secret =
+            one("apiVersion: v1\nkind: Secret\nmetadata: {name: a}\nstringData:\n  k: Yes\n");
+        assert_eq!(secret.diagnostics.len(), 1, "{:?}", secret.diagnostics);
+        assert!(
+            !secret.diagnostics[0].message.contains("Yes"),
+            "{}",
+            secret.diagnostics[0]
         );
     }
 
