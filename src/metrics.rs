@@ -65,6 +65,10 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
+/// Per app: the info labels last set (to drop the old series), when the gap opened, and the
+/// condition types last set (to drop the series of one that went away).
+type AppSeries = (InfoLabels, Option<SystemTime>, Vec<String>);
+
 /// The agent's metrics. Shared (`Arc`) between the reconcile loops, the reporter and the
 /// server.
 pub struct Metrics {
@@ -78,9 +82,8 @@ pub struct Metrics {
     fetch_duration: SecondsHistogram,
     fetch_errors: Family<AppLabel, Counter>,
     status_requests: Family<RequestLabels, Counter>,
-    /// Per app: the info labels last set (to drop the old series), when the gap opened, and
-    /// the condition types last set (to drop the series of one that went away).
-    apps: Mutex<HashMap<String, (InfoLabels, Option<SystemTime>, Vec<String>)>>,
+    /// Per app: what was last set (see [`AppSeries`]).
+    apps: Mutex<HashMap<String, AppSeries>>,
 }
 
 impl Default for Metrics {
