@@ -19,10 +19,11 @@ use crate::manifest::{self, Diagnostic};
 use crate::metrics::Metrics;
 use crate::object::{self, Object, ObjectKey};
 use crate::reconcile::{Agent, App, Previews, Trigger};
+use crate::render::Renderer;
 use crate::report;
 use crate::server::{self, AppRoute, ServerState, WebhookSecrets};
 use crate::source::{self, GitCache};
-use crate::status::{self, SyncStatus};
+use crate::status::{self, ConditionStatus, ConditionType, Reason, SyncStatus};
 use crate::store::{Precondition, Selector, Store, Write, sqlite::SqliteStore};
 use secrecy::SecretString;
 
@@ -1098,8 +1099,8 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
                 " (dry run)"
             } else if report.detect_only {
                 if st
-                    .condition("Ready")
-                    .is_some_and(|c| c.reason == "HeldBySyncWindow")
+                    .condition(ConditionType::Ready)
+                    .is_some_and(|c| c.reason == Reason::HeldBySyncWindow)
                 {
                     " (held by a sync window: planned, not written)"
                 } else {
@@ -1112,8 +1113,8 @@ async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> anyhow::Result
         for d in &st.diagnostics {
             eprintln!("{d}");
         }
-        if let Some(ready) = st.condition("Ready")
-            && ready.status != "True"
+        if let Some(ready) = st.condition(ConditionType::Ready)
+            && ready.status != ConditionStatus::True
         {
             println!("  {}: {}", ready.reason, ready.message);
         }
@@ -1191,23 +1192,10 @@ async fn diff_cmd(
     for app in selected_apps(&cfg, app.as_deref())? {
         let name = app.name.value.clone();
         let fetched = resolve_revision(&git, &app, revision.as_deref()).await?;
-        let files = git
-            .read(
-                &app.source.repo.value,
-                &fetched.revision,
-                &app.source.path.value,
-                app.source.limits.limits(),
-            )
+        let (_, set) = crate::render::Render::for_app(&app)
+            .read(&git, &app, &fetched.revision)
             .await
             .with_context(|| format!("app {name}"))?;
-        let opts = manifest::Options {
-            default_namespace: app.target.namespace.value.clone(),
-        };
-        let set = manifest::parse_set(
-            files.files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
-            files.diagnostics,
-            &opts,
-        );
         for d in &set.diagnostics {
             eprintln!("{d}");
         }
@@ -1485,7 +1473,7 @@ async fn wait_cmd(
                             _ => healthy,
                         });
                     let ready = st
-                        .condition("Ready")
+                        .condition(ConditionType::Ready)
                         .map(|c| format!("{}: {}", c.reason, c.message))
                         .unwrap_or_default();
                     // What is missing, and why: the condition that says so.
@@ -1498,7 +1486,7 @@ async fn wait_cmd(
                     }
                     if conditions.iter().any(|c| c == "healthy") && !healthy {
                         let why = st
-                            .condition("Healthy")
+                            .condition(ConditionType::Healthy)
                             .map(|c| format!("{}: {}", c.reason, c.message))
                             .unwrap_or_else(|| st.health.to_string());
                         missing.push(format!("not healthy ({why})"));
@@ -1522,13 +1510,13 @@ async fn wait_cmd(
                     // path is missing, its signature is rejected, it would prune everything):
                     // no retry will change that, only a new commit. Say so now.
                     let attempted = st.last_attempted_revision.as_deref();
-                    let refused = st.condition("Ready").filter(|c| {
+                    let refused = st.condition(ConditionType::Ready).filter(|c| {
                         matches!(
-                            c.reason.as_str(),
-                            "InvalidManifest"
-                                | "PathNotFound"
-                                | "SignatureRejected"
-                                | "PruneBlocked"
+                            c.reason,
+                            Reason::InvalidManifest
+                                | Reason::PathNotFound
+                                | Reason::SignatureRejected
+                                | Reason::PruneBlocked
                         )
                     });
                     if let (Some(c), Some(attempted)) = (refused, attempted)
@@ -1567,9 +1555,9 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
             let now = crate::store::now_rfc3339();
             crate::status::set_condition(
                 &mut s.conditions,
-                "Ready",
+                ConditionType::Ready,
                 false,
-                "NotSyncedYet",
+                Reason::NotSyncedYet,
                 "no agent or sync has run this app yet",
                 &now,
             );
@@ -1607,7 +1595,7 @@ async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
                 "MESSAGE".into(),
             ]];
             for a in &apps {
-                let ready = a.condition("Ready");
+                let ready = a.condition(ConditionType::Ready);
                 let replica = match &holders {
                     None => "-".to_string(),
                     Some(h) => h.get(&a.name).cloned().unwrap_or_else(|| "(none)".into()),
@@ -1710,11 +1698,11 @@ fn validate(paths: &[PathBuf]) -> u8 {
         let mut files: Vec<(String, Vec<u8>)> = Vec::new();
         let mut prior = Vec::new();
         collect_files(p, &mut files, &mut prior);
-        let set = manifest::parse_set(
-            files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
-            prior,
-            &manifest::Options::default(),
-        );
+        let set = crate::render::Render::default().render(source::Files {
+            files,
+            diagnostics: prior,
+            ..Default::default()
+        });
         for d in &set.diagnostics {
             println!("{d}");
         }
@@ -1858,12 +1846,12 @@ fn walk_folder(
                     format!("symlink `{child_shown}` points outside the folder (`{target}`); it is not followed"),
                 )),
                 Ok(dest) if dest.is_dir() => walk_folder(root, &child, &child_shown, visiting, files, diags),
-                Ok(_) if manifest::is_manifest_path(&name) => read_regular_file(&child, child_shown, files, diags),
+                Ok(_) if Renderer::Plain.wants(&name) => read_regular_file(&child, child_shown, files, diags),
                 Ok(_) => {}
             }
         } else if lmeta.is_dir() {
             walk_folder(root, &child, &child_shown, visiting, files, diags);
-        } else if manifest::is_manifest_path(&name) {
+        } else if Renderer::Plain.wants(&name) {
             read_regular_file(&child, child_shown, files, diags);
         }
     }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod object;
 pub mod preview;
 pub mod reconcile;
+pub mod render;
 pub mod report;
 pub mod server;
 pub mod source;

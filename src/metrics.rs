@@ -194,7 +194,11 @@ impl Metrics {
             status: value.to_string(),
         };
         const VALUES: [&str; 3] = ["True", "False", "Unknown"];
-        let types: Vec<String> = status.conditions.iter().map(|c| c.type_.clone()).collect();
+        let types: Vec<String> = status
+            .conditions
+            .iter()
+            .map(|c| c.type_.to_string())
+            .collect();
         let mut apps = self.apps.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((old, _, old_types)) = apps.get(&status.name) {
             if *old != labels {
@@ -210,8 +214,8 @@ impl Metrics {
         for c in &status.conditions {
             for v in VALUES {
                 self.conditions
-                    .get_or_create(&condition(&c.type_, v))
-                    .set(i64::from(c.status == v));
+                    .get_or_create(&condition(c.type_.as_str(), v))
+                    .set(i64::from(c.status.as_str() == v));
             }
         }
         apps.insert(status.name.clone(), (labels, since, types));
@@ -290,6 +294,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::health::Health;
+    use crate::status::{ConditionType, Reason};
 
     #[test]
     fn every_documented_metric_is_exposed_and_info_series_do_not_pile_up() {
@@ -301,17 +306,17 @@ mod tests {
         st.out_of_sync_since = Some("2000-01-01T00:00:00Z".into());
         crate::status::set_condition(
             &mut st.conditions,
-            "Stale",
+            ConditionType::Stale,
             true,
-            "GapExceededThreshold",
+            Reason::GapExceededThreshold,
             "",
             "2000-01-01T00:00:00Z",
         );
         crate::status::set_condition(
             &mut st.conditions,
-            "Ready",
+            ConditionType::Ready,
             false,
-            "OutOfSync",
+            Reason::OutOfSync,
             "",
             "2000-01-01T00:00:00Z",
         );
@@ -326,7 +331,7 @@ mod tests {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
         // A condition the app no longer has loses its series.
-        st.conditions.retain(|c| c.type_ != "Stale");
+        st.conditions.retain(|c| c.type_ != ConditionType::Stale);
         st.revision = Some("def".into());
         m.observe_status(&st);
         assert!(!m.encode().contains("type=\"Stale\""));

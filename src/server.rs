@@ -32,7 +32,7 @@ use subtle::ConstantTimeEq;
 use crate::metrics::Metrics;
 use crate::preview::{self, PreviewRecord};
 use crate::reconcile::Handle;
-use crate::status::{self, AppStatus};
+use crate::status::{self, AppStatus, ConditionStatus, ConditionType};
 use crate::store::Store;
 
 /// Largest webhook body accepted, in bytes (1 MiB).
@@ -907,10 +907,10 @@ fn age(rfc3339: &str) -> String {
 fn failing_conditions(app: &AppStatus) -> Vec<String> {
     app.conditions
         .iter()
-        .filter(|c| match c.type_.as_str() {
-            "Stale" | "Contested" => c.status == "True",
-            "Reconciling" => false,
-            _ => c.status == "False",
+        .filter(|c| match c.type_ {
+            ConditionType::Stale | ConditionType::Contested => c.status == ConditionStatus::True,
+            ConditionType::Reconciling => false,
+            _ => c.status == ConditionStatus::False,
         })
         .map(|c| format!("{}: {}: {}", c.type_, c.reason, c.message))
         .collect()
@@ -940,7 +940,7 @@ async fn index_page(State(s): State<ServerState>) -> Response {
             )
         });
         let last_sync = a
-            .condition("Ready")
+            .condition(ConditionType::Ready)
             .map_or("-".to_string(), |c| esc(&c.last_transition_time));
         rows.push_str(&format!(
             "<tr><td><a href=\"apps/{}\">{}</a></td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{gap}</td><td>{last_sync}</td><td>{problems}</td></tr>",
@@ -1008,9 +1008,9 @@ fn render_app_page(app: &AppStatus, name: &str, previews: &[PreviewRecord]) -> R
     for c in &app.conditions {
         body.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.type_),
-            esc(&c.status),
-            esc(&c.reason),
+            esc(c.type_.as_str()),
+            esc(c.status.as_str()),
+            esc(c.reason.as_str()),
             esc(&c.message),
             esc(&c.last_transition_time)
         ));

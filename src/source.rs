@@ -1093,6 +1093,25 @@ impl GitCache {
         path: &str,
         limits: Limits,
     ) -> Result<Files> {
+        self.read_selected(url, revision, path, limits, manifest::is_manifest_path)
+            .await
+    }
+
+    /// As [`GitCache::read`], reading the files `wants` selects by path instead of the plain
+    /// manifests (the render stage's [`crate::render::Renderer::selector`]): the walker still
+    /// checks every entry (symlinks, submodules, limits), and reads only those files.
+    ///
+    /// # Errors
+    ///
+    /// As [`GitCache::read`].
+    pub async fn read_selected(
+        &self,
+        url: &str,
+        revision: &Revision,
+        path: &str,
+        limits: Limits,
+        wants: fn(&str) -> bool,
+    ) -> Result<Files> {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();
         let path = path.to_string();
@@ -1103,7 +1122,7 @@ impl GitCache {
                 path: repo_path.clone(),
                 source,
             })?;
-            let read = read_files(&repo, &revision, &path, limits);
+            let read = read_files(&repo, &revision, &path, limits, wants);
             if let Err(Error::ReadFailed { source, .. }) = &read
                 && matches!(
                     source.class(),
@@ -1575,9 +1594,17 @@ struct Walker<'r> {
     bytes: u64,
     /// Set when a limit was passed: the walk stops and reads nothing more.
     stopped: bool,
+    /// Which files to read, by path.
+    wants: fn(&str) -> bool,
 }
 
-fn read_files(repo: &Repository, revision: &Revision, path: &str, limits: Limits) -> Result<Files> {
+fn read_files(
+    repo: &Repository,
+    revision: &Revision,
+    path: &str,
+    limits: Limits,
+    wants: fn(&str) -> bool,
+) -> Result<Files> {
     let read_failed = |what: &str| {
         let what = what.to_string();
         move |source| Error::ReadFailed { what, source }
@@ -1603,6 +1630,7 @@ fn read_files(repo: &Repository, revision: &Revision, path: &str, limits: Limits
         entries: 0,
         bytes: 0,
         stopped: false,
+        wants,
     };
     let tree = if base.is_empty() {
         root
@@ -1758,7 +1786,7 @@ impl<'r> Walker<'r> {
                 let shown = join(prefix, &String::from_utf8_lossy(entry.name_bytes()));
                 let plain_file = entry.kind() == Some(ObjectType::Blob)
                     && entry.filemode() != 0o120000
-                    && !manifest::is_manifest_path(&shown);
+                    && !(self.wants)(&shown);
                 if !plain_file {
                     self.error_at(
                         &shown,
@@ -1783,7 +1811,7 @@ impl<'r> Walker<'r> {
                             })?;
                     self.walk(&sub, &path, depth + 1)?;
                 }
-                Some(ObjectType::Blob) if manifest::is_manifest_path(&path) => {
+                Some(ObjectType::Blob) if (self.wants)(&path) => {
                     self.read_blob(&path, entry.id())?;
                 }
                 // Skipping a submodule would drop the objects it holds and prune them.
@@ -1840,7 +1868,7 @@ impl<'r> Walker<'r> {
         match self.resolve(&dest, 1) {
             Some(Resolved::Tree(t)) => self.walk(&t, path, depth + 1),
             Some(Resolved::Blob(oid)) => {
-                if manifest::is_manifest_path(path) {
+                if (self.wants)(path) {
                     self.read_blob(path, oid)?;
                 }
                 Ok(())

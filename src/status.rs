@@ -7,6 +7,8 @@
 //! [`set_condition`] moves `lastTransitionTime` only when the status changes, as
 //! `meta.SetStatusCondition` does.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -36,17 +38,184 @@ impl std::fmt::Display for SyncStatus {
     }
 }
 
+/// Declares a closed set of names serialized as today's strings, with `Other` for a name
+/// written by another version of driftless (read back as it is, never produced here).
+macro_rules! named {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(from = "String", into = "String")]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)+
+            /// A name this version does not know (a record written by another version).
+            Other(String),
+        }
+
+        impl $name {
+            /// The name as written in the status record and shown to people.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => stringify!($variant),)+
+                    Self::Other(s) => s,
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                match s.as_str() {
+                    $(stringify!($variant) => Self::$variant,)+
+                    _ => Self::Other(s),
+                }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.as_str().to_string()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+named! {
+    /// A condition's status, as Kubernetes' `metav1.ConditionStatus`.
+    ConditionStatus {
+        /// The condition holds.
+        True,
+        /// It does not.
+        False,
+        /// Not known.
+        Unknown,
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b { Self::True } else { Self::False }
+    }
+}
+
+named! {
+    /// The type of an app's condition (kstatus's `Ready`, `Reconciling`, `Stalled`, and
+    /// driftless's own; README "Status").
+    ConditionType {
+        /// Synced and Healthy, with nothing failing: the summary (kstatus).
+        Ready,
+        /// A reconcile is under way or scheduled after a failure (kstatus).
+        Reconciling,
+        /// Cannot make progress without a change (kstatus).
+        Stalled,
+        /// Every object Healthy; the reason is the app's health.
+        Healthy,
+        /// Converging within `sync.progressDeadline`, or past it.
+        Progressing,
+        /// The last fetch worked.
+        SourceAvailable,
+        /// The gap is older than `sync.staleAfter`.
+        Stale,
+        /// Whether sync windows let automatic syncs run.
+        SyncWindow,
+        /// Another writer keeps changing a field back.
+        Contested,
+    }
+}
+
+named! {
+    /// Why a condition has its status: one CamelCase word, as Kubernetes conventions ask.
+    Reason {
+        /// Listed from the config; nothing has run the app yet.
+        NotSyncedYet,
+        /// No revision applied yet.
+        Initializing,
+        /// A new revision is being applied.
+        ApplyingRevision,
+        /// The source cannot be fetched (`Ready`).
+        SourceUnavailable,
+        /// The newest revision has manifest errors.
+        InvalidManifest,
+        /// The app's path is not a folder at the newest revision.
+        PathNotFound,
+        /// The newest commit is not signed by a trusted key.
+        SignatureRejected,
+        /// An empty revision would prune everything (`allowEmpty` is off), or a prune is held.
+        PruneBlocked,
+        /// Writing the store failed.
+        SyncFailed,
+        /// An object is owned by another app.
+        OwnershipConflict,
+        /// A sync window holds a change back.
+        HeldBySyncWindow,
+        /// Not converged within `sync.progressDeadline`.
+        ProgressDeadlineExceeded,
+        /// Objects differ from Git.
+        OutOfSync,
+        /// Everything matches Git and is healthy.
+        Synced,
+        /// Synced and healthy (`Progressing`).
+        Converged,
+        /// Health `Progressing`, or converging within the deadline.
+        Progressing,
+        /// Health `Healthy`.
+        Healthy,
+        /// Health `Suspended`.
+        Suspended,
+        /// Health `Missing`.
+        Missing,
+        /// Health `Degraded`.
+        Degraded,
+        /// Health `Unknown`.
+        Unknown,
+        /// The gap is older than `staleAfter`.
+        GapExceededThreshold,
+        /// The gap is younger than `staleAfter`.
+        WithinThreshold,
+        /// Sync windows let automatic syncs run.
+        Open,
+        /// A deny window is open.
+        DenyWindowActive,
+        /// No allow window is open.
+        OutsideAllowWindows,
+        /// Another writer keeps changing a field back.
+        AnotherWriter,
+        /// No other writer is changing objects back.
+        NoContention,
+        /// The last attempt failed; a retry is scheduled.
+        RetryScheduled,
+        /// The last attempt worked.
+        Succeeded,
+        /// The ref does not exist in the repository.
+        RefNotFound,
+        /// The fetch took longer than `source.timeout`.
+        Timeout,
+        /// The Git host refused the credentials.
+        AuthenticationFailed,
+        /// The SSH host key is not the known one.
+        HostKeyMismatch,
+        /// The Git host cannot be reached, or the repository does not exist.
+        Unreachable,
+        /// Another fetch failure.
+        FetchFailed,
+    }
+}
+
 /// A condition, as Kubernetes' `metav1.Condition`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// `Ready`, `Reconciling`, `SourceAvailable`, ...
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ConditionType,
     /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub status: ConditionStatus,
     /// A CamelCase reason, e.g. `Synced`, `InvalidManifest`.
-    pub reason: String,
+    pub reason: Reason,
     /// A sentence for people.
     pub message: String,
     /// RFC 3339 time of the last change of `status`.
@@ -133,7 +302,7 @@ impl AppStatus {
     }
 
     /// The condition of type `type_`, if set.
-    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+    pub fn condition(&self, type_: ConditionType) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
 
@@ -169,13 +338,13 @@ impl AppStatus {
 /// Returns true when anything changed.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
+    type_: ConditionType,
     status: bool,
-    reason: &str,
+    reason: Reason,
     message: impl Into<String>,
     now: &str,
 ) -> bool {
-    let status = if status { "True" } else { "False" }.to_string();
+    let status = ConditionStatus::from(status);
     let message = message.into();
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
@@ -184,15 +353,15 @@ pub fn set_condition(
                 c.last_transition_time = now.to_string();
             }
             c.status = status;
-            c.reason = reason.to_string();
+            c.reason = reason;
             c.message = message;
             changed
         }
         None => {
             conditions.push(Condition {
-                type_: type_.to_string(),
+                type_,
                 status,
-                reason: reason.to_string(),
+                reason,
                 message,
                 last_transition_time: now.to_string(),
             });
@@ -201,30 +370,8 @@ pub fn set_condition(
     }
 }
 
-/// Like [`set_condition`], but `lastTransitionTime` also moves when the reason changes (for
-/// conditions whose reason is the state, such as `Healthy`: Progressing → Degraded is a
-/// transition).
-pub fn set_condition_by_reason(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: impl Into<String>,
-    now: &str,
-) -> bool {
-    let reason_changed = conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .is_some_and(|c| c.reason != reason);
-    let changed = set_condition(conditions, type_, status, reason, message, now);
-    if reason_changed && let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        c.last_transition_time = now.to_string();
-    }
-    changed
-}
-
 /// Removes a condition; true when it was there.
-pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: ConditionType) -> bool {
     let before = conditions.len();
     conditions.retain(|c| c.type_ != type_);
     conditions.len() != before
@@ -311,23 +458,42 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_changes() {
         let mut c = Vec::new();
-        assert!(set_condition(&mut c, "Ready", true, "Synced", "ok", "t1"));
-        assert!(!set_condition(&mut c, "Ready", true, "Synced", "ok", "t2"));
-        assert_eq!(c[0].last_transition_time, "t1");
         assert!(set_condition(
-            &mut c, "Ready", true, "Synced", "ok again", "t3"
+            &mut c,
+            ConditionType::Ready,
+            true,
+            Reason::Synced,
+            "ok",
+            "t1"
+        ));
+        assert!(!set_condition(
+            &mut c,
+            ConditionType::Ready,
+            true,
+            Reason::Synced,
+            "ok",
+            "t2"
         ));
         assert_eq!(c[0].last_transition_time, "t1");
         assert!(set_condition(
             &mut c,
-            "Ready",
+            ConditionType::Ready,
+            true,
+            Reason::Synced,
+            "ok again",
+            "t3"
+        ));
+        assert_eq!(c[0].last_transition_time, "t1");
+        assert!(set_condition(
+            &mut c,
+            ConditionType::Ready,
             false,
-            "InvalidManifest",
+            Reason::InvalidManifest,
             "bad",
             "t4"
         ));
         assert_eq!(c[0].last_transition_time, "t4");
-        assert_eq!(c[0].status, "False");
+        assert_eq!(c[0].status, ConditionStatus::False);
     }
 
     #[test]
@@ -337,9 +503,9 @@ mod tests {
         s.health = Health::Healthy;
         set_condition(
             &mut s.conditions,
-            "Ready",
+            ConditionType::Ready,
             true,
-            "Synced",
+            Reason::Synced,
             "m",
             "2026-11-29T12:00:00Z",
         );
@@ -365,5 +531,21 @@ mod tests {
         let rec = s.to_record();
         assert_eq!(rec.key(), AppStatus::record_key("guestbook"));
         assert_eq!(AppStatus::from_record(&rec).unwrap(), s);
+    }
+
+    #[test]
+    fn names_read_back_as_written_and_unknown_ones_are_kept() {
+        assert_eq!(
+            Reason::from("HeldBySyncWindow".to_string()),
+            Reason::HeldBySyncWindow
+        );
+        assert_eq!(Reason::HeldBySyncWindow.as_str(), "HeldBySyncWindow");
+        let other = Reason::from("SomethingNewer".to_string());
+        assert_eq!(other, Reason::Other("SomethingNewer".into()));
+        assert_eq!(
+            serde_json::to_value(&other).unwrap(),
+            serde_json::json!("SomethingNewer")
+        );
+        assert_eq!(ConditionStatus::from(true).to_string(), "True");
     }
 }

@@ -17,6 +17,7 @@ use chrono_tz::Tz;
 use croner::Cron;
 
 use crate::config::{WindowConfig, WindowKind};
+use crate::status::Reason;
 
 /// A window, parsed.
 #[derive(Clone, Debug)]
@@ -141,7 +142,7 @@ pub struct State {
     /// A manual sync may run.
     pub manual: bool,
     /// Why syncs are held (`DenyWindowActive`, `OutsideAllowWindows`), or `None`.
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     /// Which window holds the app and until when, for people.
     pub message: String,
     /// When automatic syncs may run again (`None` when they may now, or never will).
@@ -173,7 +174,7 @@ fn hold(windows: &[Window], now: DateTime<Utc>) -> State {
         return State {
             automatic: false,
             manual: denying.iter().all(|(w, _)| w.manual_sync),
-            reason: Some("DenyWindowActive"),
+            reason: Some(Reason::DenyWindowActive),
             message: format!(
                 "held by the {} until {}{}",
                 w.describe(),
@@ -191,7 +192,7 @@ fn hold(windows: &[Window], now: DateTime<Utc>) -> State {
         return State {
             automatic: false,
             manual: allows.iter().any(|w| w.manual_sync),
-            reason: Some("OutsideAllowWindows"),
+            reason: Some(Reason::OutsideAllowWindows),
             message: format!(
                 "outside every allow window ({})",
                 allows
@@ -297,7 +298,7 @@ mod tests {
         assert!(at(21, 59).automatic);
         let held = at(23, 0);
         assert!(!held.automatic && !held.manual);
-        assert_eq!(held.reason, Some("DenyWindowActive"));
+        assert_eq!(held.reason, Some(Reason::DenyWindowActive));
         assert!(
             held.message.contains("until 2026-06-11T06:00:00Z"),
             "{}",
@@ -339,7 +340,7 @@ mod tests {
         // Monday 2026-06-08.
         assert!(state(&allow, utc(2026, 6, 8, 10, 0)).automatic);
         let evening = state(&allow, utc(2026, 6, 8, 18, 0));
-        assert_eq!(evening.reason, Some("OutsideAllowWindows"));
+        assert_eq!(evening.reason, Some(Reason::OutsideAllowWindows));
         assert!(evening.manual);
         assert_eq!(evening.next_open, Some(utc(2026, 6, 9, 9, 0)));
         // Friday evening: next opening is Monday.
@@ -351,7 +352,7 @@ mod tests {
             w(WindowKind::Deny, "0 12 * * *", "1h", None, false),
         ];
         let lunch = state(&both, utc(2026, 6, 8, 12, 30));
-        assert_eq!(lunch.reason, Some("DenyWindowActive"));
+        assert_eq!(lunch.reason, Some(Reason::DenyWindowActive));
         assert!(!lunch.manual);
         assert_eq!(lunch.next_open, Some(utc(2026, 6, 8, 13, 0)));
     }

@@ -6,16 +6,18 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use super::conditions::{self, Problem};
 use super::{Backoff, Error, Fights, Report, Trigger, error_chain};
 use crate::config::AppConfig;
 use crate::diff::{Action, PlanOptions};
 use crate::health::{self, Health};
-use crate::manifest::{self, Diagnostic};
+use crate::manifest::Diagnostic;
 use crate::object::{Object, ObjectKey, Revision};
+use crate::render::Render;
 use crate::source::{self, GitCache};
 use crate::status::{
-    self, AppStatus, ResourceStatus, SyncStatus, remove_condition, set_condition,
-    set_condition_by_reason,
+    self, AppStatus, ConditionStatus, ConditionType, Reason, ResourceStatus, SyncStatus,
+    set_condition,
 };
 use crate::store::{self, Store};
 use crate::sync::{self, Inventory};
@@ -32,24 +34,6 @@ struct InForce {
     tree_id: Option<String>,
     /// Shared: cloning the state in force must not copy every object.
     desired: Arc<BTreeMap<ObjectKey, Object>>,
-}
-
-/// Why the newest revision is not in force.
-#[derive(Clone, Debug)]
-enum Problem {
-    /// The source could not be fetched.
-    Source {
-        reason: &'static str,
-        message: String,
-    },
-    /// The newest revision cannot be applied (parse errors, missing path).
-    Invalid {
-        reason: &'static str,
-        message: String,
-    },
-    /// The newest revision is valid but declares nothing, and applying it would prune every
-    /// object of the app (`allowEmpty` is off).
-    Blocked { message: String },
 }
 
 /// One app's reconciler: its config, the state it keeps between passes, and the handles it
@@ -105,14 +89,10 @@ pub struct App {
     /// Objects another writer keeps changing back, and the reverts held for them.
     fights: Fights,
     held_keys: BTreeSet<ObjectKey>,
-    /// The start of the gap a revert closed last, while a fight is on: the gap reopened by the
-    /// other writer keeps that start, so a persistent fight grows one gap (and `staleAfter`
-    /// fires) instead of a new one after every brief revert.
-    fight_gap_start: Option<String>,
-    /// When the app started converging without having converged since.
-    progressing_since: Option<std::time::SystemTime>,
-    /// Each file of the newest tree parsed, by (path, blob id).
-    parsed: HashMap<(String, String), Arc<manifest::FileResult>>,
+    /// The progress clock and the start of a fought-over gap ([`conditions::Clocks`]).
+    clocks: conditions::Clocks,
+    /// Files → desired set, with the parse cache of the newest tree.
+    render: Render,
     /// With `source.verify`: the keys a commit must be signed by to be applied.
     signers: Option<Arc<source::Trust>>,
 }
@@ -175,6 +155,7 @@ impl App {
             .iter()
             .map(|r| (r.key(), r.clone()))
             .collect();
+        let render = Render::for_app(&cfg);
         Ok(Self {
             owned: inventory.entries.keys().cloned().collect(),
             applied: inventory.revision.clone(),
@@ -203,10 +184,13 @@ impl App {
             window_state: None,
             manual: false,
             fights: Fights::default(),
-            fight_gap_start: None,
+
             held_keys: BTreeSet::new(),
-            progressing_since,
-            parsed: HashMap::new(),
+            clocks: conditions::Clocks {
+                progressing_since,
+                fight_gap_start: None,
+            },
+            render,
             signers: None,
             reporter: None,
             metrics: None,
@@ -354,17 +338,17 @@ impl App {
             let now = store::now_rfc3339();
             set_condition(
                 &mut self.status.conditions,
-                "Ready",
+                ConditionType::Ready,
                 false,
-                "Initializing",
+                Reason::Initializing,
                 "no revision applied yet: the first reconcile is in progress",
                 &now,
             );
             set_condition(
                 &mut self.status.conditions,
-                "Reconciling",
+                ConditionType::Reconciling,
                 true,
-                "Initializing",
+                Reason::Initializing,
                 "fetching the source for the first time",
                 &now,
             );
@@ -513,7 +497,7 @@ impl App {
         if let Some(t) = window::next_change(&self.windows, chrono::Utc::now()) {
             due.push(in_instant(t.into()));
         }
-        if let Some(since) = self.progressing_since {
+        if let Some(since) = self.clocks.progressing_since {
             let t = since + self.cfg.sync.progress_deadline.value;
             if t > wall {
                 due.push(in_instant(t));
@@ -597,13 +581,13 @@ impl App {
             Ok(f) => f,
             Err(e) => {
                 let reason = match &e {
-                    source::Error::RefNotFound { .. } => "RefNotFound",
-                    source::Error::TimedOut { .. } => "Timeout",
-                    source::Error::AuthenticationFailed { .. } => "AuthenticationFailed",
-                    source::Error::HostKeyMismatch { .. } => "HostKeyMismatch",
+                    source::Error::RefNotFound { .. } => Reason::RefNotFound,
+                    source::Error::TimedOut { .. } => Reason::Timeout,
+                    source::Error::AuthenticationFailed { .. } => Reason::AuthenticationFailed,
+                    source::Error::HostKeyMismatch { .. } => Reason::HostKeyMismatch,
                     source::Error::Unreachable { .. }
-                    | source::Error::RepositoryNotFound { .. } => "Unreachable",
-                    _ => "FetchFailed",
+                    | source::Error::RepositoryNotFound { .. } => Reason::Unreachable,
+                    _ => Reason::FetchFailed,
                 };
                 let message = error_chain(&e);
                 tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
@@ -678,14 +662,14 @@ impl App {
                     tracing::warn!(error = %message, "Revision not applied; the revision in force stays enforced");
                     self.diagnostics.clear();
                     self.problem = Some(Problem::Invalid {
-                        reason: "SignatureRejected",
+                        reason: Reason::SignatureRejected,
                         message,
                     });
                     return Ok(());
                 }
                 Err(e) => {
                     self.problem = Some(Problem::Source {
-                        reason: "FetchFailed",
+                        reason: Reason::FetchFailed,
                         message: error_chain(&e),
                     });
                     return Err(());
@@ -694,11 +678,12 @@ impl App {
         }
         let files = match self
             .git
-            .read(
+            .read_selected(
                 &repo,
                 &revision,
                 &self.cfg.source.path.value,
                 self.cfg.source.limits.limits(),
+                self.render.renderer().selector(),
             )
             .await
         {
@@ -712,7 +697,7 @@ impl App {
                     message.clone(),
                 )];
                 self.problem = Some(Problem::Invalid {
-                    reason: "PathNotFound",
+                    reason: Reason::PathNotFound,
                     message,
                 });
                 return Ok(());
@@ -720,7 +705,7 @@ impl App {
             Err(e) => {
                 let message = error_chain(&e);
                 self.problem = Some(Problem::Source {
-                    reason: "FetchFailed",
+                    reason: Reason::FetchFailed,
                     message,
                 });
                 return Err(());
@@ -749,7 +734,7 @@ impl App {
             return Ok(());
         }
         let tree_id = files.tree_id.clone();
-        let set = self.parse_cached(files);
+        let set = self.render.render(files);
         self.diagnostics = set.diagnostics.clone();
         if let Some(first) = set.first_error() {
             let message = format!(
@@ -758,7 +743,7 @@ impl App {
             );
             tracing::warn!(revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced");
             self.problem = Some(Problem::Invalid {
-                reason: "InvalidManifest",
+                reason: Reason::InvalidManifest,
                 message,
             });
             return Ok(());
@@ -802,9 +787,9 @@ impl App {
             // Say what is happening before the (possibly long) apply.
             set_condition(
                 &mut self.status.conditions,
-                "Reconciling",
+                ConditionType::Reconciling,
                 true,
-                "ApplyingRevision",
+                Reason::ApplyingRevision,
                 format!(
                     "applying {}",
                     self.last_attempted.as_ref().map_or("", |r| r.short())
@@ -816,50 +801,6 @@ impl App {
             self.write_status().await;
         }
         Ok(())
-    }
-
-    /// Parses `files` into a desired set, reusing the result of every file whose (path, blob
-    /// id) was parsed before: only changed files are parsed again. The cache keeps the files of
-    /// the newest tree only.
-    fn parse_cached(&mut self, files: source::Files) -> manifest::DesiredSet {
-        let opts = manifest::Options {
-            default_namespace: self.cfg.target.namespace.value.clone(),
-        };
-        let key = |path: &str| {
-            (
-                path.to_string(),
-                files.blob_ids.get(path).cloned().unwrap_or_default(),
-            )
-        };
-        let misses: Vec<(&str, &[u8])> = files
-            .files
-            .iter()
-            .filter(|(p, _)| !self.parsed.contains_key(&key(p)))
-            .map(|(p, b)| (p.as_str(), b.as_slice()))
-            .collect();
-        let fresh = manifest::parse_many(&misses);
-        let parsed = misses.len();
-        let mut next: HashMap<(String, String), Arc<manifest::FileResult>> = HashMap::new();
-        for ((path, _), result) in misses.iter().zip(fresh) {
-            next.insert(key(path), Arc::new(result));
-        }
-        let mut results = Vec::with_capacity(files.files.len());
-        for (path, _) in &files.files {
-            let k = key(path);
-            let r = match next.get(&k).or_else(|| self.parsed.get(&k)) {
-                Some(r) => r.clone(),
-                None => continue,
-            };
-            next.insert(k, r.clone());
-            results.push((*r).clone());
-        }
-        tracing::debug!(
-            parsed,
-            reused = files.files.len() - parsed,
-            "Manifests parsed (unchanged files reused by blob id)"
-        );
-        self.parsed = next;
-        manifest::assemble(results, files.diagnostics, &opts)
     }
 
     /// Makes the store match the revision in force (or, detect-only, finds where it does not).
@@ -1015,7 +956,7 @@ impl App {
             if !dry_run {
                 if new_revision && inventory.revision.is_some() {
                     // A new revision starts its own progress clock.
-                    self.progressing_since = Some(std::time::SystemTime::now());
+                    self.clocks.progressing_since = Some(std::time::SystemTime::now());
                 }
                 self.applied = inventory.revision.clone();
             }
@@ -1171,18 +1112,7 @@ impl App {
         for c in &self.status.conditions {
             let old = before.iter().find(|b| b.type_ == c.type_);
             if old.is_none_or(|o| o.status != c.status || o.reason != c.reason) {
-                // A warning when something is wrong; getting there (Progressing, Initializing,
-                // held by a window the user set) or recovering is information.
-                let transient = matches!(
-                    c.reason.as_str(),
-                    "Progressing" | "Initializing" | "NotSyncedYet" | "HeldBySyncWindow"
-                );
-                let level_warn = !transient
-                    && match c.type_.as_str() {
-                        "Ready" | "Healthy" | "SourceAvailable" => c.status == "False",
-                        "Stalled" | "Stale" | "Contested" => c.status == "True",
-                        _ => false,
-                    };
+                let level_warn = conditions::is_warning(c);
                 if level_warn {
                     tracing::warn!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
                 } else {
@@ -1192,420 +1122,47 @@ impl App {
         }
     }
 
-    /// Recomputes the status and its conditions from the state.
+    /// Recomputes the status and its conditions from the state ([`conditions::compute`]).
     fn compute_conditions(&mut self) {
         let wall = std::time::SystemTime::now();
-        let now = store::now_rfc3339();
-        let s = &mut self.status;
-        s.revision = self.applied.as_ref().map(|r| r.0.clone());
-        s.last_attempted_revision = self
-            .last_attempted
-            .as_ref()
-            .map(|r| r.0.clone())
-            .or_else(|| self.in_force.as_ref().map(|f| f.revision.0.clone()));
-        if self.resources_dirty || s.resources.len() != self.resources.len() {
-            s.resources = self.resources.values().cloned().collect();
+        let instant = std::time::Instant::now();
+        if self.resources_dirty || self.status.resources.len() != self.resources.len() {
+            self.status.resources = self.resources.values().cloned().collect();
         }
-        s.diagnostics = self.diagnostics.clone();
-        let out_of_sync = s
-            .resources
-            .iter()
-            .filter(|r| r.sync != SyncStatus::Synced)
-            .count();
-        let unknown = matches!(
-            self.problem,
-            Some(Problem::Source { .. } | Problem::Invalid { .. })
-        ) || self.in_force.is_none()
-            || self.sync_error.is_some();
-        let blocked = matches!(self.problem, Some(Problem::Blocked { .. }));
-        let pending_revision = self
-            .in_force
-            .as_ref()
-            .is_some_and(|f| self.applied.as_ref() != Some(&f.revision));
-        s.sync = if unknown {
-            SyncStatus::Unknown
-        } else if blocked || out_of_sync > 0 || pending_revision {
-            SyncStatus::OutOfSync
-        } else {
-            SyncStatus::Synced
-        };
-        s.health = if self.in_force.is_none() {
-            Health::Unknown
-        } else {
-            health::worst(s.resources.iter().map(|r| r.health))
-        };
-        // Only the source is down: the store matches the revision in force.
-        let outage_only = s.sync == SyncStatus::Unknown
-            && matches!(self.problem, Some(Problem::Source { .. }))
-            && self.sync_error.is_none()
-            && self.in_force.is_some()
-            && out_of_sync == 0
-            && !pending_revision;
-        let fighting = !self.fights.active().is_empty();
-        if !fighting {
-            self.fight_gap_start = None;
-        }
-        match s.sync {
-            SyncStatus::Synced => {
-                if let Some(start) = s.out_of_sync_since.take()
-                    && fighting
-                {
-                    self.fight_gap_start.get_or_insert(start);
-                }
-            }
-            // A source outage alone opens no gap: the store still matches the last revision
-            // fetched, and not knowing of a newer one is not drift (SourceAvailable=False says
-            // the source is down; a gap already open stays open).
-            SyncStatus::Unknown if outage_only => {}
-            _ => {
-                if s.out_of_sync_since.is_none() {
-                    s.out_of_sync_since =
-                        Some(self.fight_gap_start.clone().unwrap_or_else(|| now.clone()));
-                }
-            }
-        }
-        // The worst object and why, for messages.
-        let worst_object = s
-            .resources
-            .iter()
-            .filter(|r| r.health == s.health && s.health != Health::Healthy)
-            .map(|r| {
-                let why = r.health_message.as_deref().unwrap_or("");
-                if why.is_empty() {
-                    r.key().to_string()
-                } else {
-                    format!("{}: {why}", r.key())
-                }
-            })
-            .next()
-            .unwrap_or_default();
-        // Convergence: synced and healthy (or deliberately suspended), with nothing failing.
-        // A source outage alone does not start the progress clock either.
-        let converged = (s.sync == SyncStatus::Synced || outage_only)
-            && matches!(s.health, Health::Healthy | Health::Suspended)
-            && self.conflicts.is_empty();
-        let held = self
-            .window_state
-            .as_ref()
-            .filter(|w| !w.automatic && (out_of_sync > 0 || pending_revision));
-        // Time a sync window holds the app back is not time spent converging: the deadline
-        // counts from when the window lets the sync through (Argo CD counts no held time).
-        if converged || self.in_force.is_none() || held.is_some() {
-            self.progressing_since = None;
-        } else if self.progressing_since.is_none() {
-            self.progressing_since = Some(wall);
-        }
-        s.progressing_since = self
-            .progressing_since
-            .map(|t| humantime::format_rfc3339_seconds(t).to_string());
-        let deadline = self.cfg.sync.progress_deadline.value;
-        let progressing_for = self
-            .progressing_since
-            .map(|t| wall.duration_since(t).unwrap_or_default());
-        let deadline_exceeded = progressing_for.is_some_and(|d| d > deadline);
-        let gap = s
-            .out_of_sync_since
-            .as_deref()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .map(|t| wall.duration_since(t).unwrap_or_default());
-        let stale = self
-            .cfg
-            .sync
-            .stale_after
-            .as_ref()
-            .and_then(|limit| gap.filter(|g| *g > limit.value).map(|g| (g, limit.value)));
-        let secs =
-            |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
-        // Messages name instants, not ages: a message is written when something changes, and
-        // an age in it would be stale the moment after.
-        let since = s.progressing_since.clone().unwrap_or_default();
-
-        // What the store is held to: the revision applied whole (the inventory's), not a newer
-        // one whose sync failed.
-        let enforcing = self
-            .applied
-            .as_ref()
-            .or(self.in_force.as_ref().map(|f| &f.revision))
-            .map(|r| format!("; enforcing {}", r.short()))
-            .unwrap_or_default();
-        let (ready, reason, message) = if let Some(Problem::Source { message, .. }) = &self.problem
-        {
-            (false, "SourceUnavailable", format!("{message}{enforcing}"))
-        } else if let Some(Problem::Invalid { reason, message }) = &self.problem {
-            (false, *reason, format!("{message}{enforcing}"))
-        } else if let Some(Problem::Blocked { message }) = &self.problem {
-            (false, "PruneBlocked", format!("{message}{enforcing}"))
-        } else if let Some(e) = &self.sync_error {
-            (false, "SyncFailed", format!("{e}{enforcing}"))
-        } else if let Some((key, owner)) = self.conflicts.iter().next() {
-            (
-                false,
-                "OwnershipConflict",
-                format!(
-                    "{key} is also declared by app {owner}, which owns it; {} conflict(s)",
-                    self.conflicts.len()
-                ),
-            )
-        } else if let Some(why) = &self.prune_blocked {
-            (false, "PruneBlocked", why.clone())
-        } else if let Some(w) = held {
-            (false, "HeldBySyncWindow", w.message.clone())
-        } else if deadline_exceeded {
-            // The worst of the two: a gap past the deadline is an incident, not a transient.
-            let differ = if out_of_sync > 0 {
-                format!("; {out_of_sync} object(s) differ from Git")
-            } else {
-                String::new()
-            };
-            (
-                false,
-                "ProgressDeadlineExceeded",
-                format!(
-                    "not synced and healthy within progressDeadline {} (since {since}): {worst_object}{differ}",
-                    secs(deadline)
-                ),
-            )
-        } else if out_of_sync > 0 || pending_revision {
-            let why = if self.cfg.sync.self_heal {
-                ""
-            } else {
-                " (detect-only: selfHeal is off)"
-            };
-            (
-                false,
-                "OutOfSync",
-                format!("{out_of_sync} object(s) differ from Git{why}"),
-            )
-        } else if !matches!(s.health, Health::Healthy | Health::Suspended) {
-            (false, health_reason(s.health), worst_object.clone())
-        } else if let Some(f) = &self.in_force {
-            (
-                true,
-                "Synced",
-                format!(
-                    "synced {} at {}",
-                    crate::status::count(f.desired.len(), "object"),
-                    f.revision.short()
-                ),
-            )
-        } else {
-            (false, "Initializing", "no revision applied yet".to_string())
-        };
-        set_condition(&mut s.conditions, "Ready", ready, reason, message, &now);
-        // Health, as its own condition: each change of health is a transition.
-        if self.in_force.is_some() {
-            let message = if s.health == Health::Healthy {
-                format!(
-                    "{} healthy",
-                    crate::status::count(s.resources.len(), "object")
-                )
-            } else {
-                worst_object.clone()
-            };
-            set_condition_by_reason(
-                &mut s.conditions,
-                "Healthy",
-                s.health == Health::Healthy,
-                health_reason(s.health),
-                message,
-                &now,
-            );
-        }
-        // Progress: True while converging within the deadline, False past it.
-        match progressing_for {
-            None if held.is_some() => {
-                set_condition(
-                    &mut s.conditions,
-                    "Progressing",
-                    false,
-                    "HeldBySyncWindow",
-                    "a sync window holds the sync; the progress deadline counts from when it lets the sync through",
-                    &now,
-                );
-            }
-            // Nothing applied yet (the source never answered): not "converged".
-            None if self.in_force.is_none() => {
-                set_condition(
-                    &mut s.conditions,
-                    "Progressing",
-                    true,
-                    "Initializing",
-                    "no revision applied yet",
-                    &now,
-                );
-            }
-            None => {
-                let message = if outage_only {
-                    "healthy, matching the revision in force; the source cannot be read"
-                } else {
-                    "synced and healthy"
-                };
-                set_condition(
-                    &mut s.conditions,
-                    "Progressing",
-                    true,
-                    "Converged",
-                    message,
-                    &now,
-                );
-            }
-            Some(d) if d > deadline => {
-                set_condition(
-                    &mut s.conditions,
-                    "Progressing",
-                    false,
-                    "ProgressDeadlineExceeded",
-                    format!(
-                        "not converged within progressDeadline {} (since {since}): {}",
-                        secs(deadline),
-                        if worst_object.is_empty() {
-                            format!("{out_of_sync} object(s) differ from Git")
-                        } else {
-                            worst_object.clone()
-                        }
-                    ),
-                    &now,
-                );
-            }
-            Some(_) => {
-                set_condition(
-                    &mut s.conditions,
-                    "Progressing",
-                    true,
-                    "Progressing",
-                    format!(
-                        "converging since {since} (progressDeadline {})",
-                        secs(deadline)
-                    ),
-                    &now,
-                );
-            }
-        }
-        // The gap's age past its threshold.
-        if let Some(limit) = &self.cfg.sync.stale_after {
-            match stale {
-                Some((_, l)) => set_condition(
-                    &mut s.conditions,
-                    "Stale",
-                    true,
-                    "GapExceededThreshold",
-                    format!(
-                        "out of sync since {} (staleAfter {})",
-                        s.out_of_sync_since.as_deref().unwrap_or_default(),
-                        secs(l)
-                    ),
-                    &now,
-                ),
-                None => set_condition(
-                    &mut s.conditions,
-                    "Stale",
-                    false,
-                    "WithinThreshold",
-                    format!("staleAfter {}", secs(limit.value)),
-                    &now,
-                ),
-            };
-        } else {
-            remove_condition(&mut s.conditions, "Stale");
-        }
-        // Sync windows.
-        match &self.window_state {
-            Some(w) => {
-                set_condition(
-                    &mut s.conditions,
-                    "SyncWindow",
-                    w.automatic,
-                    w.reason.unwrap_or("Open"),
-                    w.message.clone(),
-                    &now,
-                );
-            }
-            None => {
-                remove_condition(&mut s.conditions, "SyncWindow");
-            }
-        }
-        // Fights with another writer.
+        self.status.diagnostics = self.diagnostics.clone();
         let fights = self.fights.active();
-        if let Some((key, fight)) = fights.first() {
-            let hold = self
-                .fights
-                .hold_until(key)
-                .map(|t| t.saturating_duration_since(std::time::Instant::now()))
-                .unwrap_or_default();
-            let next_revert = humantime::format_rfc3339_seconds(wall + hold).to_string();
-            set_condition(
-                &mut s.conditions,
-                "Contested",
-                true,
-                "AnotherWriter",
-                format!(
-                    "{key} field {} is changed back by another writer ({} reverts); next revert at {next_revert}{}",
-                    fight.fields.join(", "),
-                    fight.reverts,
-                    if fights.len() > 1 {
-                        format!("; {} objects contested", fights.len())
-                    } else {
-                        String::new()
-                    }
-                ),
-                &now,
-            );
-        } else if s.conditions.iter().any(|c| c.type_ == "Contested") {
-            set_condition(
-                &mut s.conditions,
-                "Contested",
-                false,
-                "NoContention",
-                "no other writer is changing objects back",
-                &now,
-            );
-        }
-        let failing = self.backoff.failing()
-            || matches!(self.problem, Some(Problem::Source { .. }))
-            || self.sync_error.is_some();
-        if failing {
-            set_condition(
-                &mut s.conditions,
-                "Reconciling",
-                true,
-                "RetryScheduled",
-                "the last attempt failed; retrying with backoff",
-                &now,
-            );
-        } else {
-            set_condition(
-                &mut s.conditions,
-                "Reconciling",
-                false,
-                "Succeeded",
-                "reconciled",
-                &now,
-            );
-        }
-        match &self.problem {
-            Some(Problem::Source { reason, message }) => {
-                set_condition(
-                    &mut s.conditions,
-                    "SourceAvailable",
-                    false,
-                    reason,
-                    message.clone(),
-                    &now,
-                );
-            }
-            _ => {
-                if let Some(m) = &self.source_message {
-                    set_condition(
-                        &mut s.conditions,
-                        "SourceAvailable",
-                        true,
-                        "Succeeded",
-                        m.clone(),
-                        &now,
-                    );
-                }
-            }
-        }
+        let contest = fights.first().map(|(key, fight)| conditions::Contest {
+            key: (*key).clone(),
+            fields: fight.fields.clone(),
+            reverts: fight.reverts,
+            next_revert: wall
+                + self
+                    .fights
+                    .hold_until(key)
+                    .map(|t| t.saturating_duration_since(instant))
+                    .unwrap_or_default(),
+            objects: fights.len(),
+        });
+        let facts = conditions::Facts {
+            in_force: self
+                .in_force
+                .as_ref()
+                .map(|f| (&f.revision, f.desired.len())),
+            applied: self.applied.as_ref(),
+            last_attempted: self.last_attempted.as_ref(),
+            problem: self.problem.as_ref(),
+            sync_error: self.sync_error.as_deref(),
+            conflicts: &self.conflicts,
+            prune_blocked: self.prune_blocked.as_deref(),
+            window: self.window_state.as_ref(),
+            self_heal: self.cfg.sync.self_heal,
+            progress_deadline: self.cfg.sync.progress_deadline.value,
+            stale_after: self.cfg.sync.stale_after.as_ref().map(|d| d.value),
+            failing: self.backoff.failing(),
+            source_message: self.source_message.as_deref(),
+            contest,
+        };
+        conditions::compute(&mut self.status, &facts, &mut self.clocks, wall);
     }
 
     /// Hands the commit statuses the state calls for to the reporter (which queues only
@@ -1636,13 +1193,15 @@ impl App {
             _ => None,
         };
         let attempted = self.last_attempted.as_ref().map(|r| r.0.as_str());
-        let condition = |t: &str| self.status.condition(t);
-        let failing = condition("Progressing")
-            .filter(|c| c.reason == "ProgressDeadlineExceeded")
-            .or_else(|| condition("Stale").filter(|c| c.status == "True"))
+        let condition = |t: ConditionType| self.status.condition(t);
+        let failing = condition(ConditionType::Progressing)
+            .filter(|c| c.reason == Reason::ProgressDeadlineExceeded)
+            .or_else(|| {
+                condition(ConditionType::Stale).filter(|c| c.status == ConditionStatus::True)
+            })
             .map(|c| c.message.clone());
-        let held = condition("Ready")
-            .filter(|c| c.reason == "HeldBySyncWindow")
+        let held = condition(ConditionType::Ready)
+            .filter(|c| c.reason == Reason::HeldBySyncWindow)
             .map(|c| c.message.clone());
         let resources = self.resources.values();
         let out_of_sync = resources
@@ -1687,18 +1246,6 @@ impl App {
                 tracing::warn!(error = %error_chain(&e), "Cannot write status")
             }
         }
-    }
-}
-
-/// The condition reason for a health: its name.
-fn health_reason(h: Health) -> &'static str {
-    match h {
-        Health::Healthy => "Healthy",
-        Health::Suspended => "Suspended",
-        Health::Progressing => "Progressing",
-        Health::Missing => "Missing",
-        Health::Degraded => "Degraded",
-        Health::Unknown => "Unknown",
     }
 }
 

@@ -24,6 +24,7 @@
 mod agent;
 mod app;
 mod backoff;
+mod conditions;
 mod preview;
 
 pub use agent::{Agent, Gate, Handle, Latest, Readiness};

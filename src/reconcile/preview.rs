@@ -18,9 +18,9 @@ use super::{Error, error_chain};
 use crate::config::{AppConfig, PreviewConfig};
 use crate::diff::PlanOptions;
 use crate::health::{self, Health};
-use crate::manifest;
 use crate::object::{Object, ObjectKey, Revision};
 use crate::preview::{self, PreviewRecord, RefGlob, natural};
+use crate::render::Render;
 use crate::report::{Commenter, CommitStatus, Reporter, State};
 use crate::source::{GitCache, RemoteHead};
 use crate::status::SyncStatus;
@@ -433,11 +433,10 @@ impl Previews {
         stale: bool,
         base: &Inventory,
     ) -> Result<(), String> {
-        let repo = self.cfg.source.repo.value.clone();
         let old = self.records.get(number).cloned();
         let mut rec = match (&old, stale) {
             (Some(r), false) => r.clone(),
-            _ => self.plan(number, head, &repo, base).await?,
+            _ => self.plan(number, head, base).await?,
         };
         if self.preview.deploy {
             let last_good = old.as_ref().and_then(|r| r.deployed_revision.clone());
@@ -451,17 +450,10 @@ impl Previews {
                 let desired = match self.desired.get(number) {
                     Some((r, d)) if *r == revision => d.clone(),
                     _ => {
-                        let files = self
-                            .git
-                            .read(
-                                &repo,
-                                &revision,
-                                &self.cfg.source.path.value,
-                                self.cfg.source.limits.limits(),
-                            )
+                        let (_, set) = Render::for_app(&self.cfg)
+                            .read(&self.git, &self.cfg, &revision)
                             .await
                             .map_err(|e| error_chain(&e))?;
-                        let set = self.parse(files);
                         let d: Arc<BTreeMap<ObjectKey, Object>> = Arc::new(
                             set.objects
                                 .into_iter()
@@ -499,24 +491,12 @@ impl Previews {
         Ok(())
     }
 
-    fn parse(&self, files: crate::source::Files) -> manifest::DesiredSet {
-        let opts = manifest::Options {
-            default_namespace: self.cfg.target.namespace.value.clone(),
-        };
-        manifest::parse_set(
-            files.files.iter().map(|(p, b)| (p.as_str(), b.as_slice())),
-            files.diagnostics,
-            &opts,
-        )
-    }
-
     /// Parses the head's tree at the app's path and plans it against the live store as if it
     /// were the app's source (with the app's inventory `base`): a dry run, nothing is written.
     async fn plan(
         &self,
         number: &str,
         head: &RemoteHead,
-        repo: &str,
         base: &Inventory,
     ) -> Result<PreviewRecord, String> {
         let mut rec = PreviewRecord {
@@ -538,17 +518,11 @@ impl Previews {
             deployed_revision: None,
             updated_at: String::new(),
         };
-        let files = match self
-            .git
-            .read(
-                repo,
-                &head.revision,
-                &self.cfg.source.path.value,
-                self.cfg.source.limits.limits(),
-            )
+        let set = match Render::for_app(&self.cfg)
+            .read(&self.git, &self.cfg, &head.revision)
             .await
         {
-            Ok(f) => f,
+            Ok((_, set)) => set,
             Err(e @ crate::source::Error::PathNotFound { .. }) => {
                 rec.state = State::Error;
                 rec.description = format!("{e} (source.path in the config)");
@@ -556,7 +530,6 @@ impl Previews {
             }
             Err(e) => return Err(error_chain(&e)),
         };
-        let set = self.parse(files);
         rec.diagnostics = set.diagnostics.clone();
         if let Some(first) = set.first_error() {
             rec.state = State::Error;
