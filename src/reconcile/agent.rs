@@ -9,7 +9,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{App, Backoff, Previews, Trigger, backoff::BACKOFF_MIN, error_chain};
+use super::{Action, App, Backoff, Previews, Requeue, Trigger, backoff::BACKOFF_MIN, error_chain};
 use crate::object::ObjectKey;
 use crate::store::{Fence, Store, WatchItem};
 
@@ -516,7 +516,12 @@ impl AppLoop {
         }
         let mut holding = gate.is_none();
         let mut published: Option<u64> = None;
-        let mut next_fetch = Instant::now();
+        // The first pass fetches at once; then each reconcile says when to run again.
+        let mut next = Action {
+            at: std::time::Instant::now(),
+            trigger: Trigger::Fetch,
+            why: Requeue::Poll,
+        };
         let mut last_requested: Option<Instant> = None;
         loop {
             if *self.shutdown.borrow() {
@@ -548,21 +553,19 @@ impl AppLoop {
                 holding = true;
                 // What the feed said while standing by is covered by the full reconcile now.
                 self.pending.take();
-                next_fetch = Instant::now();
+                self.app.fetch_now();
+                next = Action {
+                    at: std::time::Instant::now(),
+                    trigger: Trigger::Fetch,
+                    why: Requeue::Poll,
+                };
                 continue;
             }
-            // Something timed (a held revert, a window, a deadline) may come before the poll.
-            let wake = self
-                .app
-                .next_wakeup()
-                .map(Instant::from_std)
-                .filter(|t| *t < next_fetch);
             let trigger = tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => break,
                 _ = gate_closes(&mut gate) => continue,
-                _ = tokio::time::sleep_until(next_fetch) => Trigger::Fetch,
-                _ = tokio::time::sleep_until(wake.unwrap_or(next_fetch)), if wake.is_some() => Trigger::Wake,
+                _ = tokio::time::sleep_until(next.at.into()) => next.trigger.clone(),
                 _ = self.requested.notify.notified() => {
                     // At most one requested fetch per REQUEST_SPACING: a flood of webhooks or
                     // sync calls becomes one fetch a second, whatever its size.
@@ -586,9 +589,10 @@ impl AppLoop {
                     None => continue,
                 },
             };
-            let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
             let applied_before = self.app.status().revision.is_some();
-            let (delay, _report) = self.app.reconcile(trigger).await;
+            let (action, _report) = self.app.reconcile(trigger).await;
+            tracing::trace!(at = ?action.at, trigger = ?action.trigger, why = ?action.why, "Next reconcile");
+            next = action;
             if !applied_before
                 && self.app.status().revision.is_some()
                 && let Some(p) = &self.previews
@@ -600,13 +604,6 @@ impl AppLoop {
             if published != Some(self.app.status_changes()) {
                 self.latest.publish(self.app.status());
                 published = Some(self.app.status_changes());
-            }
-            if fetch {
-                next_fetch = Instant::now() + delay;
-            } else if self.app.failing() {
-                // A failed change-feed pass is retried by a full one, never later than the
-                // fetch already due.
-                next_fetch = next_fetch.min(Instant::now() + delay);
             }
         }
         tracing::info!("Stopped");

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use super::conditions::{self, Problem};
-use super::{Backoff, Error, Fights, Report, Trigger, error_chain};
+use super::{Action, Backoff, Error, Failure, Fights, Report, Requeue, Trigger, error_chain};
 use crate::config::AppConfig;
-use crate::diff::{Action, PlanOptions};
+use crate::diff::{Action as Step, PlanOptions};
 use crate::health::{self, Health};
 use crate::manifest::Diagnostic;
 use crate::object::{Object, ObjectKey, Revision};
@@ -91,6 +91,9 @@ pub struct App {
     held_keys: BTreeSet<ObjectKey>,
     /// The progress clock and the start of a fought-over gap ([`conditions::Clocks`]).
     clocks: conditions::Clocks,
+    /// When the next fetch is due: the poll interval after a good fetch, the backoff after a
+    /// failure; now at the start.
+    next_fetch: std::time::Instant,
     /// Files → desired set, with the parse cache of the newest tree.
     render: Render,
     /// With `source.verify`: the keys a commit must be signed by to be applied.
@@ -186,6 +189,7 @@ impl App {
             fights: Fights::default(),
 
             held_keys: BTreeSet::new(),
+            next_fetch: std::time::Instant::now(),
             clocks: conditions::Clocks {
                 progressing_since,
                 fight_gap_start: None,
@@ -359,10 +363,83 @@ impl App {
         }
     }
 
-    /// Runs one reconcile and returns the delay before the next poll (the interval, or a
-    /// backoff delay after a failure). Never fails: failures are recorded in the status.
-    pub async fn reconcile(&mut self, trigger: Trigger) -> (Duration, Report) {
+    /// Runs one reconcile and returns what to do next ([`Action`]: when to run again and
+    /// why) with what this one did. Never fails: failures are recorded in the status and go
+    /// through [`App::error_policy`] into the backoff.
+    pub async fn reconcile(&mut self, trigger: Trigger) -> (Action, Report) {
         let started = std::time::Instant::now();
+        let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
+        let (result, report) = self.pass(trigger, started).await;
+        if let Some(m) = &self.metrics {
+            m.reconcile_duration(self.name(), started.elapsed().as_secs_f64());
+            m.observe_status(&self.status);
+            if report.drift_reverted > 0 {
+                m.drift_reverted(self.name(), report.drift_reverted as u64);
+            }
+        }
+        let now = std::time::Instant::now();
+        match result {
+            Ok(()) => {
+                self.backoff.reset();
+                if fetch {
+                    self.next_fetch = now + self.cfg.source.interval.value;
+                }
+            }
+            Err(failure) => self.error_policy(failure, now),
+        }
+        (self.next_action(now), report)
+    }
+
+    /// The one error policy: a failed pass backs off its retries (5 s doubling to
+    /// `sync.retry.maxBackoff`); trouble writing the store backs off the retries but never the
+    /// fetches, so a new commit is still fetched (and tried) every poll interval.
+    fn error_policy(&mut self, failure: Failure, now: std::time::Instant) {
+        let mut d = self.backoff.fail();
+        if failure == Failure::Store {
+            d = d.min(self.cfg.source.interval.value);
+        }
+        tracing::info!(retry_in = ?d, "Reconcile failed; backing off");
+        // A failed change-feed pass is retried by a full one, never later than the fetch
+        // already due.
+        self.next_fetch = self.next_fetch.min(now + d);
+        if failure == Failure::Source {
+            self.next_fetch = now + d;
+        }
+    }
+
+    /// What to do next: fetch when the poll (or retry) is due, or earlier, reconcile without
+    /// fetching when something timed is due ([`App::next_wakeup`]).
+    fn next_action(&self, now: std::time::Instant) -> Action {
+        let fetch = Action {
+            at: self.next_fetch.max(now),
+            trigger: Trigger::Fetch,
+            why: if self.backoff.failing() {
+                Requeue::Retry
+            } else {
+                Requeue::Poll
+            },
+        };
+        match self.next_wakeup() {
+            Some((t, why)) if t < fetch.at => Action {
+                at: t,
+                trigger: Trigger::Wake,
+                why,
+            },
+            _ => fetch,
+        }
+    }
+
+    /// Asks for a fetch at the next turn (the app was just taken over from another replica).
+    pub fn fetch_now(&mut self) {
+        self.next_fetch = std::time::Instant::now();
+    }
+
+    /// One pass: what [`App::reconcile`] does before its error policy.
+    async fn pass(
+        &mut self,
+        trigger: Trigger,
+        started: std::time::Instant,
+    ) -> (Result<(), Failure>, Report) {
         let mut report = Report::default();
         let mut fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
         self.manual = trigger == Trigger::Manual;
@@ -409,7 +486,7 @@ impl App {
         let mut fetch_failed = false;
         if fetch && self.fetch_and_parse(&mut report).await.is_err() {
             if self.stopping() {
-                return (Duration::ZERO, report);
+                return (Ok(()), report);
             }
             fetch_failed = true;
         }
@@ -425,7 +502,7 @@ impl App {
             store_failed = false;
             if self.fetch_and_parse(&mut report).await.is_err() {
                 if self.stopping() {
-                    return (Duration::ZERO, report);
+                    return (Ok(()), report);
                 }
                 fetch_failed = true;
             }
@@ -438,33 +515,19 @@ impl App {
                 }
             }
         }
-        let failed = fetch_failed || store_failed;
         self.compute_status();
         if !self.dry_run {
             self.report_commit_statuses(false);
             self.write_status().await;
         }
-        if let Some(m) = &self.metrics {
-            m.reconcile_duration(self.name(), started.elapsed().as_secs_f64());
-            m.observe_status(&self.status);
-            if report.drift_reverted > 0 {
-                m.drift_reverted(self.name(), report.drift_reverted as u64);
-            }
-        }
-        let delay = if failed {
-            let mut d = self.backoff.fail();
-            // Trouble writing the store backs off the retries, but never the fetches: a new
-            // commit is still fetched (and tried) every poll interval.
-            if !fetch_failed {
-                d = d.min(self.cfg.source.interval.value);
-            }
-            tracing::info!(retry_in = ?d, "Reconcile failed; backing off");
-            d
+        let result = if fetch_failed {
+            Err(Failure::Source)
+        } else if store_failed {
+            Err(Failure::Store)
         } else {
-            self.backoff.reset();
-            self.cfg.source.interval.value
+            Ok(())
         };
-        (delay, report)
+        (result, report)
     }
 
     /// True when a sync may write now: no sync window holds the app, or one does and a person
@@ -478,29 +541,28 @@ impl App {
     /// When something timed is due for this app (a held revert, a sync window opening or
     /// closing, a progress deadline or a staleness threshold passing); the loop runs a
     /// [`Trigger::Wake`] reconcile then.
-    pub fn next_wakeup(&self) -> Option<std::time::Instant> {
+    pub fn next_wakeup(&self) -> Option<(std::time::Instant, Requeue)> {
         let now = std::time::Instant::now();
         let wall = std::time::SystemTime::now();
         let in_instant = |t: std::time::SystemTime| {
             let d = t.duration_since(wall).unwrap_or_default();
             now + d
         };
-        let mut due: Vec<std::time::Instant> = Vec::new();
-        if !self.held_keys.is_empty() {
-            due.extend(
-                self.held_keys
-                    .iter()
-                    .filter_map(|k| self.fights.hold_until(k)),
-            );
-        }
-        due.extend(self.fights.next_due(now));
+        let mut due: Vec<(std::time::Instant, Requeue)> = Vec::new();
+        due.extend(
+            self.held_keys
+                .iter()
+                .filter_map(|k| self.fights.hold_until(k))
+                .map(|t| (t, Requeue::HeldRevert)),
+        );
+        due.extend(self.fights.next_due(now).map(|t| (t, Requeue::HeldRevert)));
         if let Some(t) = window::next_change(&self.windows, chrono::Utc::now()) {
-            due.push(in_instant(t.into()));
+            due.push((in_instant(t.into()), Requeue::SyncWindow));
         }
         if let Some(since) = self.clocks.progressing_since {
             let t = since + self.cfg.sync.progress_deadline.value;
             if t > wall {
-                due.push(in_instant(t));
+                due.push((in_instant(t), Requeue::ProgressDeadline));
             }
         }
         if let (Some(stale), Some(since)) =
@@ -509,13 +571,13 @@ impl App {
         {
             let t = since + stale.value;
             if t > wall {
-                due.push(in_instant(t));
+                due.push((in_instant(t), Requeue::StaleAfter));
             }
         }
         // A second late, so the time has surely passed.
         due.into_iter()
-            .min()
-            .map(|t| t + Duration::from_millis(1000))
+            .min_by_key(|(t, _)| *t)
+            .map(|(t, why)| (t + Duration::from_millis(1000), why))
     }
 
     /// What the app reads and how: the repository, the path and the default namespace. The
@@ -912,7 +974,7 @@ impl App {
                 .plan
                 .steps
                 .iter()
-                .filter(|s| s.action != Action::Unchanged && s.skipped.is_none())
+                .filter(|s| s.action != Step::Unchanged && s.skipped.is_none())
             {
                 let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
                 tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
@@ -932,7 +994,7 @@ impl App {
                 "a sync window holds the app"
             };
             for step in outcome.plan.steps.iter().filter(|s| {
-                s.action != Action::Unchanged
+                s.action != Step::Unchanged
                     && self
                         .resources
                         .get(&s.key)
@@ -1003,16 +1065,16 @@ impl App {
         for step in &outcome.plan.steps {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
-                (Action::Unchanged, _) => (SyncStatus::Synced, None),
-                (Action::Create | Action::Update, None) if !dry_run => (SyncStatus::Synced, None),
-                (Action::Create, why) => (
+                (Step::Unchanged, _) => (SyncStatus::Synced, None),
+                (Step::Create | Step::Update, None) if !dry_run => (SyncStatus::Synced, None),
+                (Step::Create, why) => (
                     SyncStatus::OutOfSync,
                     Some(match why {
                         Some(why) => format!("missing from the store; not created: {why}"),
                         None => "missing from the store".to_string(),
                     }),
                 ),
-                (Action::Update, why) => {
+                (Step::Update, why) => {
                     let fields: Vec<&str> = step
                         .changes
                         .iter()
@@ -1028,15 +1090,15 @@ impl App {
                         }),
                     )
                 }
-                (Action::Delete, Some(why)) => (
+                (Step::Delete, Some(why)) => (
                     SyncStatus::OutOfSync,
                     Some(format!("no longer in Git; not pruned: {why}")),
                 ),
-                (Action::Delete, None) if dry_run => (
+                (Step::Delete, None) if dry_run => (
                     SyncStatus::OutOfSync,
                     Some("no longer in Git; to be pruned".into()),
                 ),
-                (Action::Delete, None) => {
+                (Step::Delete, None) => {
                     self.remove_resource(&step.key);
                     continue;
                 }

@@ -99,6 +99,45 @@ pub enum Trigger {
     Wake,
 }
 
+/// What to do after a reconcile, as kube-runtime's `Action`: run again at `at` with `trigger`
+/// (a fetch when the poll or a retry is due, a [`Trigger::Wake`] when something timed comes
+/// first), for the reason `why`. Changes in the store and requests still run sooner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Action {
+    /// When to run again.
+    pub at: std::time::Instant,
+    /// What to run then: [`Trigger::Fetch`] or [`Trigger::Wake`].
+    pub trigger: Trigger,
+    /// Why then.
+    pub why: Requeue,
+}
+
+/// Why an app runs again when its [`Action`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// The poll interval (`source.interval`) elapsed.
+    Poll,
+    /// A retry after a failure, with backoff.
+    Retry,
+    /// A revert held back by a fight is due.
+    HeldRevert,
+    /// A sync window opens or closes.
+    SyncWindow,
+    /// The progress deadline passes.
+    ProgressDeadline,
+    /// The gap reaches `staleAfter`.
+    StaleAfter,
+}
+
+/// How a reconcile failed, for the error policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The source could not be fetched or read: retry the fetch with backoff.
+    Source,
+    /// The store refused a write: retry with backoff, but fetch at least every interval.
+    Store,
+}
+
 /// What one reconcile did, for logs and the `sync` command.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
