@@ -99,6 +99,11 @@ pub struct Inventory {
     pub source: Option<String>,
     /// Last-applied declarations by key.
     pub entries: BTreeMap<ObjectKey, Object>,
+    /// Entries the revision no longer declares, kept because their delete was held back
+    /// (`prune: false`, or an empty revision without `allowEmpty`): still owned (a later sync
+    /// with pruning deletes them), but not part of the desired set in force. Stored as
+    /// `spec.retained`, a list of `[group, kind, namespace, name]`.
+    pub retained: BTreeSet<ObjectKey>,
     /// resourceVersion of the stored record, for compare-and-swap; `None` when not stored yet.
     pub resource_version: Option<u64>,
 }
@@ -132,9 +137,30 @@ impl Inventory {
                     .collect(),
             ),
         );
+        if !self.retained.is_empty() {
+            spec.insert(
+                "retained".into(),
+                Value::Array(
+                    self.retained
+                        .iter()
+                        .map(|k| serde_json::json!([k.group, k.kind, k.namespace, k.name]))
+                        .collect(),
+                ),
+            );
+        }
         let mut body = Map::new();
         body.insert("spec".into(), Value::Object(spec));
         Object::reserved(INVENTORY_KIND, &self.app, body)
+    }
+
+    /// The desired set this inventory was applied from: its entries without the retained
+    /// ones.
+    pub fn desired(&self) -> BTreeMap<ObjectKey, Object> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| !self.retained.contains(*k))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect()
     }
 
     /// Reads a record back, taking it apart (no copy of the entries).
@@ -155,15 +181,31 @@ impl Inventory {
             .and_then(Value::as_str)
             .map(str::to_string);
         let mut entries = BTreeMap::new();
-        if let Value::Object(mut spec) = spec
-            && let Some(Value::Array(list)) = spec.remove("entries")
-        {
-            for v in list {
-                let o = Object::from_value(v).map_err(|e| Error::Inventory {
-                    app: app.to_string(),
-                    source: Box::new(e),
-                })?;
-                entries.insert(o.key(), o);
+        let mut retained = BTreeSet::new();
+        if let Value::Object(mut spec) = spec {
+            if let Some(Value::Array(list)) = spec.remove("entries") {
+                for v in list {
+                    let o = Object::from_value(v).map_err(|e| Error::Inventory {
+                        app: app.to_string(),
+                        source: Box::new(e),
+                    })?;
+                    entries.insert(o.key(), o);
+                }
+            }
+            if let Some(Value::Array(list)) = spec.remove("retained") {
+                for v in list {
+                    let parts: Vec<&str> = v
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    let [group, kind, namespace, name] = parts[..] else {
+                        return Err(Error::Inventory {
+                            app: app.to_string(),
+                            source: format!("retained entry {v} is not four strings").into(),
+                        });
+                    };
+                    retained.insert(ObjectKey::new(group, kind, namespace, name));
+                }
             }
         }
         Ok(Self {
@@ -171,6 +213,7 @@ impl Inventory {
             revision,
             source,
             entries,
+            retained,
             resource_version,
         })
     }
@@ -592,16 +635,38 @@ async fn attempt_sync(
             contested: contested.clone(),
         });
     }
+    // What stays owned without being declared: a full sync says it anew; a scoped one keeps
+    // what was retained (the desired set does not change) minus what is gone.
+    let retained_after = |entries: &BTreeMap<ObjectKey, Object>| -> BTreeSet<ObjectKey> {
+        match req.scope {
+            None => entries
+                .keys()
+                .filter(|k| !desired.contains_key(*k))
+                .cloned()
+                .collect(),
+            Some(_) => inventory
+                .retained
+                .iter()
+                .filter(|k| entries.contains_key(*k))
+                .cloned()
+                .collect(),
+        }
+    };
+    let mut after = inventory.entries.clone();
+    for (k, v) in &updates {
+        match v {
+            Some(o) => after.insert(k.clone(), o.clone()),
+            None => after.remove(k),
+        };
+    }
+    let retained = retained_after(&after);
+    let changed = changed || retained != inventory.retained;
     let next = changed.then(|| {
         let mut next = inventory.clone();
         next.revision = revision;
         next.source = source;
-        for (k, v) in updates {
-            match v {
-                Some(o) => next.entries.insert(k, o),
-                None => next.entries.remove(&k),
-            };
-        }
+        next.entries = after;
+        next.retained = retained;
         next
     });
     if let Some(next) = &next {
@@ -1076,6 +1141,7 @@ mod tests {
                 revision: Some(rev.clone()),
                 source: Some("test".into()),
                 entries: set(std::slice::from_ref(&shared)),
+                retained: BTreeSet::new(),
                 resource_version: None,
             };
             store

@@ -492,6 +492,11 @@ fn diff_exits_1_when_only_a_delete_held_by_prune_false_differs() {
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(env.get("configmap", "b").is_some(), "prune: false keeps it");
+    // Again, in a new process (which restores the desired set from the inventory): the kept
+    // object is still not declared, so still OutOfSync, never green.
+    let again = env.run(&["sync"]);
+    assert_eq!(again.status.code(), Some(1), "{}", stdout(&again));
+    assert!(stdout(&again).contains("OutOfSync"), "{}", stdout(&again));
     // The status says the app differs from Git; diff agrees.
     assert_eq!(env.status()["sync"], "OutOfSync");
     let out = env.run(&["diff"]);

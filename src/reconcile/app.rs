@@ -131,7 +131,7 @@ impl App {
             revision,
             source: inventory.source.clone().unwrap_or_default(),
             tree_id: None,
-            desired: Arc::new(inventory.entries.clone()),
+            desired: Arc::new(inventory.desired()),
         });
         let mut status = written.clone().unwrap_or_else(|| AppStatus::new(&name));
         status.name = name.clone();
@@ -285,7 +285,7 @@ impl App {
                         revision: revision.clone(),
                         source: inv.source.clone().unwrap_or_default(),
                         tree_id: None,
-                        desired: Arc::new(inv.entries.clone()),
+                        desired: Arc::new(inv.desired()),
                     });
                 }
                 self.applied = inv.revision.clone();
@@ -310,7 +310,7 @@ impl App {
                     revision,
                     source: inv.source.clone().unwrap_or_default(),
                     tree_id: None,
-                    desired: Arc::new(inv.entries.clone()),
+                    desired: Arc::new(inv.desired()),
                 });
                 self.applied = inv.revision.clone();
                 self.owned = inv.entries.keys().cloned().collect();
