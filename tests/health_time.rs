@@ -373,6 +373,9 @@ fn time_held_by_a_sync_window_does_not_count_toward_the_progress_deadline() {
         .collect();
     assert!(!held.is_empty(), "{log}");
     assert!(held.iter().all(|l| l.contains("INFO")), "{held:?}");
+    // The first revision held back is not drift: said once, as a revision not applied.
+    assert!(!log.contains("Drift detected"), "{log}");
+    assert_eq!(log.matches("Revision not applied yet").count(), 1, "{log}");
 }
 
 #[test]

@@ -89,6 +89,8 @@ pub struct App {
     /// Objects another writer keeps changing back, and the reverts held for them.
     fights: Fights,
     held_keys: BTreeSet<ObjectKey>,
+    /// The newest revision a sync window held back, once logged.
+    held_revision: Option<Revision>,
     /// The progress clock and the start of a fought-over gap ([`conditions::Clocks`]).
     clocks: conditions::Clocks,
     /// When the next fetch is due: the poll interval after a good fetch, the backoff after a
@@ -190,6 +192,7 @@ impl App {
 
             held_keys: BTreeSet::new(),
             next_fetch: std::time::Instant::now(),
+            held_revision: None,
             clocks: conditions::Clocks {
                 progressing_since,
                 fight_gap_start: None,
@@ -984,6 +987,19 @@ impl App {
                 {
                     tracing::warn!(object = %step.key, fields = ?fields, hold = ?hold, "Another writer keeps changing it back; holding the next revert");
                 }
+            }
+        } else if dry_run && !self.dry_run && new_revision {
+            // A new revision held back (a sync window, or detect-only before its first apply):
+            // not drift; said once per revision.
+            if self.held_revision.as_ref() != Some(&in_force.revision) {
+                tracing::info!(
+                    revision = %in_force.revision.short(),
+                    to_create = report.summary.create,
+                    to_update = report.summary.update,
+                    to_delete = report.summary.delete,
+                    "Revision not applied yet: a sync window holds the app"
+                );
+                self.held_revision = Some(in_force.revision.clone());
             }
         } else if dry_run && !self.dry_run {
             // Drift found but not reverted (detect-only, or a sync window holds the app): each

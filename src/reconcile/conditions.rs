@@ -245,8 +245,11 @@ pub fn compute(status: &mut AppStatus, facts: &Facts, clocks: &mut Clocks, now: 
         .as_deref()
         .and_then(|t| humantime::parse_rfc3339(t).ok())
         .map(|t| now.duration_since(t).unwrap_or_default());
+    // A gap a sync window holds open on purpose is not an incident: no Stale while held (the
+    // gap's age still counts, and is judged again when the window lets the sync through).
     let stale = facts
         .stale_after
+        .filter(|_| held.is_none())
         .and_then(|limit| gap.filter(|g| *g > limit).map(|_| limit));
     // Messages name instants, not ages: a message is written when something changes, and an
     // age in it would be stale the moment after.
@@ -286,17 +289,13 @@ pub fn compute(status: &mut AppStatus, facts: &Facts, clocks: &mut Clocks, now: 
         (false, Reason::HeldBySyncWindow, w.message.clone())
     } else if deadline_exceeded {
         // The worst of the two: a gap past the deadline is an incident, not a transient.
-        let differ = if out_of_sync > 0 {
-            format!("; {out_of_sync} object(s) differ from Git")
-        } else {
-            String::new()
-        };
         (
             false,
             Reason::ProgressDeadlineExceeded,
             format!(
-                "not synced and healthy within progressDeadline {} (since {since}): {worst_object}{differ}",
-                secs(deadline)
+                "not synced and healthy within progressDeadline {} (since {since}): {}",
+                secs(deadline),
+                what_holds_it_up(&worst_object, out_of_sync, pending_revision)
             ),
         )
     } else if out_of_sync > 0 || pending_revision {
@@ -382,10 +381,17 @@ pub fn compute(status: &mut AppStatus, facts: &Facts, clocks: &mut Clocks, now: 
             format!(
                 "not converged within progressDeadline {} (since {since}): {}",
                 secs(deadline),
-                if worst_object.is_empty() {
-                    format!("{out_of_sync} object(s) differ from Git")
-                } else {
-                    worst_object.clone()
+                match s.condition(ConditionType::Ready) {
+                    // Something worse than the deadline holds the app up: name it.
+                    Some(c)
+                        if !matches!(
+                            c.reason,
+                            Reason::ProgressDeadlineExceeded | Reason::OutOfSync
+                        ) && c.status == crate::status::ConditionStatus::False =>
+                    {
+                        format!("{}: {}", c.reason, c.message)
+                    }
+                    _ => what_holds_it_up(&worst_object, out_of_sync, pending_revision),
                 }
             ),
         ),
@@ -525,6 +531,25 @@ pub fn compute(status: &mut AppStatus, facts: &Facts, clocks: &mut Clocks, now: 
     }
 }
 
+/// What keeps an app from converging, for the deadline's messages: the worst object and why,
+/// and how many objects differ from Git (or that a revision is not applied yet).
+fn what_holds_it_up(worst_object: &str, out_of_sync: usize, pending_revision: bool) -> String {
+    let mut parts = Vec::new();
+    if !worst_object.is_empty() {
+        parts.push(worst_object.to_string());
+    }
+    if out_of_sync > 0 {
+        parts.push(format!("{out_of_sync} object(s) differ from Git"));
+    } else if pending_revision {
+        parts.push("the newest revision is not applied yet".to_string());
+    }
+    if parts.is_empty() {
+        "not synced".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
 /// True when the transition of a condition to its current status and reason is a warning in
 /// the log (something got worse); getting there (`Progressing`, `Initializing`, held by a
 /// window the user set) or recovering is information.
@@ -539,9 +564,10 @@ pub fn is_warning(c: &crate::status::Condition) -> bool {
     );
     !transient
         && match c.type_ {
-            ConditionType::Ready | ConditionType::Healthy | ConditionType::SourceAvailable => {
-                c.status == ConditionStatus::False
-            }
+            ConditionType::Ready
+            | ConditionType::Healthy
+            | ConditionType::SourceAvailable
+            | ConditionType::Progressing => c.status == ConditionStatus::False,
             ConditionType::Stalled | ConditionType::Stale | ConditionType::Contested => {
                 c.status == ConditionStatus::True
             }
@@ -887,6 +913,51 @@ mod tests {
             app.condition(ConditionType::Ready).1,
             Reason::OwnershipConflict
         );
+    }
+
+    #[test]
+    fn a_deadline_passed_behind_a_bad_revision_names_it_and_a_window_holds_off_staleness() {
+        let mut app = App::new();
+        app.objects(synced()).pass(0);
+        app.applied = None; // a newer revision is pending...
+        app.pass(1);
+        app.problem = Some(Problem::Invalid {
+            reason: Reason::InvalidManifest,
+            message: "invalid manifest app/a.yaml:3:1: bad".into(),
+        });
+        app.pass(700);
+        let p = app
+            .status
+            .condition(ConditionType::Progressing)
+            .unwrap()
+            .clone();
+        assert_eq!(p.reason, Reason::ProgressDeadlineExceeded);
+        assert!(
+            p.message
+                .contains("): InvalidManifest: invalid manifest app/a.yaml:3:1: bad"),
+            "{}",
+            p.message
+        );
+        assert!(is_warning(&p));
+        // Held by a window: the gap is deliberate, not stale.
+        let mut held = App::new();
+        held.stale_after = Some(Duration::from_secs(10));
+        held.window = Some(window::State {
+            automatic: false,
+            manual: true,
+            reason: Some(Reason::DenyWindowActive),
+            message: "held".into(),
+            next_open: None,
+        });
+        held.objects(drifted()).pass(0);
+        held.pass(100);
+        assert_eq!(
+            held.condition(ConditionType::Stale).0,
+            ConditionStatus::False
+        );
+        // Without detail, the deadline says what is left, never an empty `: ;`.
+        let ready = App::new().objects(drifted()).pass(0).clone();
+        assert!(!ready.conditions.iter().any(|c| c.message.contains(": ;")));
     }
 
     #[test]
