@@ -352,6 +352,7 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
         errors: 0,
         mode,
         secret: false,
+        quiet: false,
     };
     if docs.is_empty() {
         ctx.out.skipped += 1;
@@ -384,6 +385,8 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
         }
         out.objects = kept;
     }
+    // In reading order, whichever check found them.
+    out.diagnostics.sort_by_key(|d| (d.line, d.column));
     out
 }
 
@@ -587,6 +590,8 @@ struct Ctx<'a> {
     mode: Mode,
     /// The document being converted is a Secret: no diagnostic quotes one of its values.
     secret: bool,
+    /// Errors are not reported (a part already found wrong is read again for its warnings).
+    quiet: bool,
 }
 
 fn pos(node: &Node) -> (u64, u64) {
@@ -684,11 +689,12 @@ impl Ctx<'_> {
     /// value wrong has the more specific message (`0755`'s number spelling before "must be a
     /// string").
     fn error(&mut self, at: (u64, u64), message: impl Into<String>) {
-        if self
-            .out
-            .diagnostics
-            .iter()
-            .any(|d| d.is_error() && d.line == at.0 && d.column == at.1)
+        if self.quiet
+            || self
+                .out
+                .diagnostics
+                .iter()
+                .any(|d| d.is_error() && d.line == at.0 && d.column == at.1)
         {
             return;
         }
@@ -787,11 +793,25 @@ impl Ctx<'_> {
             );
             return;
         }
-        if let Some((field, problem)) = identity_problem(&api_version_s, &kind_s) {
-            let node = if field == "kind" { kind } else { api_version };
-            let at = node.map_or(at, |(_, v)| pos(v));
-            self.error(at, problem);
-            return;
+        // A wrong identity is reported, and the rest of the document is still checked (its
+        // other errors come in the same round); it never becomes an object.
+        let identity_ok = match identity_problem(&api_version_s, &kind_s) {
+            Some((field, problem)) => {
+                let node = if field == "kind" { kind } else { api_version };
+                let at = node.map_or(at, |(_, v)| pos(v));
+                self.error(at, problem);
+                false
+            }
+            None => true,
+        };
+        let group_s = api_version_s.rsplit_once('/').map_or("", |(g, _)| g);
+        if identity_ok && let Some((is_error, problem)) = built_in_kind_problem(group_s, &kind_s) {
+            let at = kind.map_or(at, |(_, v)| pos(v));
+            if is_error {
+                self.error(at, problem);
+            } else {
+                self.warning(at, problem);
+            }
         }
         // A List holds objects in `items` (kubectl's `v1/List` and `*List` kinds).
         if kind_s.ends_with("List")
@@ -826,13 +846,13 @@ impl Ctx<'_> {
         self.check_metadata(doc, entries, &group, &kind_s);
         let value = if self.error_count() > before_metadata {
             // The rest of the document is still checked; metadata, already found wrong, is
-            // not read again (an unrendered `{{ x }}` would be reported twice).
-            for (k, v) in entries
-                .iter()
-                .filter(|(k, _)| !matches!(&k.value, NodeKind::Str(key) if key == "metadata"))
-            {
+            // read again for its warnings only (an unrendered `{{ x }}` would be reported
+            // twice).
+            for (k, v) in entries {
+                self.quiet = matches!(&k.value, NodeKind::Str(key) if key == "metadata");
                 self.key_string(k);
                 self.json_of(v);
+                self.quiet = false;
             }
             None
         } else {
@@ -1195,7 +1215,21 @@ impl Ctx<'_> {
     /// (as `sigs.k8s.io/yaml` does), collections rejected.
     fn key_string(&mut self, k: &Node) -> Option<String> {
         match &k.value {
-            NodeKind::Str(s) => Some(s.clone()),
+            NodeKind::Str(s) => {
+                // Not `y`/`n`: one-letter keys (coordinates) are common, and rarely meant as
+                // booleans by anyone.
+                if self.mode == Mode::Git
+                    && let Some(raw) = self.raw(k).map(str::trim)
+                    && raw.len() > 1
+                    && let Some(b) = yaml11_bool(raw)
+                {
+                    self.warning(
+                        pos(k),
+                        format!("key `{raw}` stays the string \"{raw}\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b} (the key `{b}`); write `\"{raw}\":` to keep it"),
+                    );
+                }
+                Some(s.clone())
+            }
             NodeKind::Null => Some("null".into()),
             NodeKind::Bool(b) => Some(b.to_string()),
             NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
@@ -1256,6 +1290,203 @@ fn yaml11_bool(raw: &str) -> Option<bool> {
     }
 }
 
+/// The kinds Kubernetes serves in its built-in API groups (`kubectl api-resources` on 1.33,
+/// with `extensions` for old manifests): a kind these groups do not have is a typo or the
+/// wrong group. `""` is the core group.
+const BUILT_IN_KINDS: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "Binding",
+            "ComponentStatus",
+            "ConfigMap",
+            "Endpoints",
+            "Event",
+            "LimitRange",
+            "Namespace",
+            "Node",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
+            "Pod",
+            "PodTemplate",
+            "ReplicationController",
+            "ResourceQuota",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+        ],
+    ),
+    (
+        "apps",
+        &[
+            "ControllerRevision",
+            "DaemonSet",
+            "Deployment",
+            "ReplicaSet",
+            "StatefulSet",
+        ],
+    ),
+    ("batch", &["CronJob", "Job"]),
+    ("autoscaling", &["HorizontalPodAutoscaler"]),
+    (
+        "policy",
+        &["Eviction", "PodDisruptionBudget", "PodSecurityPolicy"],
+    ),
+    (
+        "networking.k8s.io",
+        &[
+            "IPAddress",
+            "Ingress",
+            "IngressClass",
+            "NetworkPolicy",
+            "ServiceCIDR",
+        ],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        &["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"],
+    ),
+    (
+        "storage.k8s.io",
+        &[
+            "CSIDriver",
+            "CSINode",
+            "CSIStorageCapacity",
+            "StorageClass",
+            "VolumeAttachment",
+            "VolumeAttributesClass",
+        ],
+    ),
+    ("scheduling.k8s.io", &["PriorityClass"]),
+    ("coordination.k8s.io", &["Lease", "LeaseCandidate"]),
+    (
+        "admissionregistration.k8s.io",
+        &[
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingWebhookConfiguration",
+        ],
+    ),
+    ("apiextensions.k8s.io", &["CustomResourceDefinition"]),
+    ("apiregistration.k8s.io", &["APIService"]),
+    (
+        "certificates.k8s.io",
+        &["CertificateSigningRequest", "ClusterTrustBundle"],
+    ),
+    ("discovery.k8s.io", &["EndpointSlice"]),
+    ("events.k8s.io", &["Event"]),
+    ("node.k8s.io", &["RuntimeClass"]),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        &["FlowSchema", "PriorityLevelConfiguration"],
+    ),
+    (
+        "resource.k8s.io",
+        &[
+            "DeviceClass",
+            "DeviceTaintRule",
+            "ResourceClaim",
+            "ResourceClaimTemplate",
+            "ResourceSlice",
+        ],
+    ),
+    (
+        "extensions",
+        &[
+            "DaemonSet",
+            "Deployment",
+            "Ingress",
+            "NetworkPolicy",
+            "PodSecurityPolicy",
+            "ReplicaSet",
+        ],
+    ),
+    (
+        "authentication.k8s.io",
+        &["SelfSubjectReview", "TokenReview"],
+    ),
+    (
+        "authorization.k8s.io",
+        &[
+            "LocalSubjectAccessReview",
+            "SelfSubjectAccessReview",
+            "SelfSubjectRulesReview",
+            "SubjectAccessReview",
+        ],
+    ),
+];
+
+/// Checks a kind of a built-in API group against the kinds Kubernetes serves there
+/// ([`BUILT_IN_KINDS`]): `Some((true, message))` for an error (the right kind in the wrong
+/// case: kinds are case-sensitive), `Some((false, message))` for a warning (a kind the group
+/// does not have, with the likely one), `None` when it is known or the group is not built in
+/// (custom resources are checked by the API server).
+fn built_in_kind_problem(group: &str, kind: &str) -> Option<(bool, String)> {
+    let (_, kinds) = BUILT_IN_KINDS.iter().find(|(g, _)| *g == group)?;
+    let kind = kind
+        .strip_suffix("List")
+        .filter(|k| !k.is_empty())
+        .unwrap_or(kind);
+    if kind == "List" && group.is_empty() || kinds.contains(&kind) {
+        return None;
+    }
+    let shown_group = if group.is_empty() {
+        "the core group"
+    } else {
+        group
+    };
+    if let Some(right) = kinds.iter().find(|k| k.eq_ignore_ascii_case(kind)) {
+        return Some((
+            true,
+            format!(
+                "kind `{kind}` does not exist in {shown_group}: kinds are case-sensitive; write `{right}`"
+            ),
+        ));
+    }
+    // The same kind in another built-in group (`apps/v1` Service), or a near spelling.
+    let elsewhere: Vec<String> = BUILT_IN_KINDS
+        .iter()
+        .filter(|(g, ks)| *g != "extensions" && ks.contains(&kind))
+        .map(|(g, _)| {
+            if g.is_empty() {
+                "v1".to_string()
+            } else {
+                format!("{g}/v1")
+            }
+        })
+        .collect();
+    let hint = if let Some(api) = elsewhere.first() {
+        format!("; {kind} is served as apiVersion `{api}`")
+    } else if let Some(near) = kinds.iter().find(|k| edit_distance(k, kind) <= 2) {
+        format!("; did you mean `{near}`?")
+    } else {
+        String::new()
+    };
+    Some((
+        false,
+        format!("kind `{kind}` does not exist in {shown_group} as Kubernetes serves it{hint}"),
+    ))
+}
+
+/// Levenshtein distance between two short words.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// Checks the shape of `apiVersion` (`[group/]version`, the group an RFC 1123 subdomain, the
 /// version lowercase letters and digits such as `v1beta1`) and `kind` (UpperCamelCase letters
 /// and digits), as the Kubernetes API requires. Returns the field at fault and why. Objects of
@@ -1309,9 +1540,18 @@ fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, Stri
         && kind.chars().all(|c| c.is_ascii_alphanumeric());
     if !kind_ok {
         let mut chars = kind.trim().chars();
-        let hint = chars
-            .next()
-            .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        // A built-in kind in another case is named as it is spelled (`configmap`: ConfigMap).
+        let known = BUILT_IN_KINDS
+            .iter()
+            .flat_map(|(_, ks)| ks.iter())
+            .find(|k| k.eq_ignore_ascii_case(kind.trim()));
+        let hint = known
+            .map(|k| (*k).to_string())
+            .or_else(|| {
+                chars
+                    .next()
+                    .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+            })
             .filter(|h| h.chars().all(|c| c.is_ascii_alphanumeric()) && !h.is_empty())
             .map(|h| format!(", e.g. `{h}`"))
             .unwrap_or_default();
@@ -1762,6 +2002,75 @@ mod tests {
     }
 
     #[test]
+    fn kinds_of_built_in_groups_are_checked_against_what_kubernetes_serves() {
+        let case = one("apiVersion: v1\nkind: Configmap\nmetadata: {name: a}\n");
+        assert_eq!(
+            errors(&case),
+            vec![
+                "2:7: kind `Configmap` does not exist in the core group: kinds are case-sensitive; write `ConfigMap`"
+            ]
+        );
+        let typo = one("apiVersion: apps/v1\nkind: Deploymnet\nmetadata: {name: a}\n");
+        assert!(errors(&typo).is_empty());
+        assert!(
+            typo.diagnostics[0]
+                .message
+                .ends_with("did you mean `Deployment`?"),
+            "{:?}",
+            typo.diagnostics
+        );
+        let group = one("apiVersion: apps/v1\nkind: Service\nmetadata: {name: a}\n");
+        assert!(
+            group.diagnostics[0]
+                .message
+                .ends_with("Service is served as apiVersion `v1`"),
+            "{:?}",
+            group.diagnostics
+        );
+        // Lists, and custom resources, pass.
+        for ok in [
+            "apiVersion: v1\nkind: ConfigMapList\nitems: []\n",
+            "apiVersion: example.com/v1\nkind: Deploymnet\nmetadata: {name: a}\n",
+        ] {
+            assert!(
+                one(ok).diagnostics.is_empty(),
+                "{ok}: {:?}",
+                one(ok).diagnostics
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_identity_does_not_hide_the_documents_other_problems() {
+        let r = one(
+            "apiVersion: v1\nkind: configmap\nmetadata:\n  name: a\n  labels: {on: \"x\", enabled: yes}\n  annotations: {a: 1}\ndata: {mode: 0755}\n",
+        );
+        let all: Vec<String> = r
+            .diagnostics
+            .iter()
+            .map(|d| format!("{}:{} {}", d.line, d.column, d.message))
+            .collect();
+        // The kind, the annotation and the number: errors; the `on` key and `yes`: warnings; in
+        // reading order.
+        assert_eq!(errors(&r).len(), 3, "{all:?}");
+        assert!(
+            all[0].starts_with("2:7 invalid kind `configmap`")
+                && all[0].contains("e.g. `ConfigMap`"),
+            "{all:?}"
+        );
+        assert!(
+            all.iter().any(|m| m.starts_with("5:12 key `on`")),
+            "{all:?}"
+        );
+        assert!(
+            all.iter().any(|m| m.starts_with("5:30 `yes` stays")),
+            "{all:?}"
+        );
+        let lines: Vec<u64> = r.diagnostics.iter().map(|d| d.line).collect();
+        assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{all:?}");
+    }
+
+    #[test]
     fn half_an_identity_is_an_error_not_a_skip() {
         let r = one("kind: Deployment\nmetadata: {name: a}\n");
         assert_eq!(errors(&r).len(), 1);
@@ -1966,7 +2275,7 @@ mod tests {
             errors(&one(
                 "apiVersion: v1\nkind: configmap\nmetadata: {name: a}\n"
             ))[0]
-                .contains("e.g. `Configmap`")
+                .contains("e.g. `ConfigMap`")
         );
         for (api, kind) in [
             ("v1", "ConfigMap"),
