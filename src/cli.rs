@@ -1437,7 +1437,9 @@ async fn wait_cmd(
     // A commit id (or its prefix) is compared as given; any other name (a branch, a tag,
     // `HEAD~1`) is resolved in the app's repository first, as `diff --revision` does.
     let resolved: Option<String> = match revision {
-        Some(r) if r.len() >= 4 && r.len() <= 40 && r.bytes().all(|b| b.is_ascii_hexdigit()) => {
+        // A prefix cannot be looked up without the whole id; a whole id can: one the
+        // repository does not have fails now, not at the timeout.
+        Some(r) if r.len() >= 4 && r.len() < 40 && r.bytes().all(|b| b.is_ascii_hexdigit()) => {
             Some(r.to_ascii_lowercase())
         }
         Some(r) => {
@@ -2157,19 +2159,27 @@ async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
                 }
                 _ => None,
             };
+            // With kinds named, -n does not hide cluster-scoped ones (kubectl ignores -n for
+            // them): list every namespace and keep those objects.
             let listing = store
                 .list(&Selector {
                     group,
                     kind: None,
-                    namespace: namespace.clone(),
+                    namespace: namespace.clone().filter(|_| specs.is_none()),
                 })
                 .await?;
+            let in_namespace = |k: &ObjectKey| {
+                namespace
+                    .as_deref()
+                    .is_none_or(|ns| k.namespace == ns || k.namespace.is_empty())
+            };
             let wanted: Option<BTreeSet<ObjectKey>> = specs.as_ref().map(|specs| {
                 specs
                     .iter()
                     .flat_map(|s| {
                         s.resolve(listing.objects.keys().chain(listing.unreadable.keys()))
                     })
+                    .filter(|k| in_namespace(k))
                     .cloned()
                     .collect()
             });

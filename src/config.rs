@@ -1387,14 +1387,40 @@ fn validate_sync(sync: &SyncConfig, i: usize, invalid: Invalid<'_>) -> Result<()
             "must be more than 0s".into(),
         ));
     }
-    if sync.retry.backoff.value.is_zero()
-        || sync.retry.factor == 0
-        || sync.retry.max_backoff.value < sync.retry.backoff.value
-    {
+    let retry = &sync.retry;
+    if retry.backoff.value.is_zero() {
         return Err(invalid(
-            &sync.retry.backoff.referenced,
-            field("retry"),
-            "needs backoff > 0, factor >= 1 and maxBackoff >= backoff".into(),
+            &retry.backoff.referenced,
+            field("retry.backoff"),
+            "must be more than 0s".into(),
+        ));
+    }
+    if retry.factor == 0 {
+        return Err(invalid(
+            &retry.backoff.referenced,
+            field("retry.factor"),
+            "must be at least 1".into(),
+        ));
+    }
+    if retry.max_backoff.value < retry.backoff.value {
+        // Name the one written: a default has no line of its own.
+        let default = |d: &Spanned<Duration>| {
+            if d.referenced.line() == 0 {
+                " (the default)"
+            } else {
+                ""
+            }
+        };
+        return Err(invalid(
+            &retry.max_backoff.referenced,
+            field("retry.maxBackoff"),
+            format!(
+                "{}{} is shorter than backoff {}{}; make maxBackoff at least backoff",
+                humantime::format_duration(retry.max_backoff.value),
+                default(&retry.max_backoff),
+                humantime::format_duration(retry.backoff.value),
+                default(&retry.backoff),
+            ),
         ));
     }
     for (w, window) in sync.windows.iter().enumerate() {
@@ -1921,6 +1947,16 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with("/etc/driftless/driftless.yaml:4:17:"),
+            "{err}"
+        );
+        // A maxBackoff shorter than the default backoff: its own line, and the default named.
+        let err = parse_str(
+            "apps:\n- name: a\n  source: {repo: x}\n  sync:\n    retry:\n      maxBackoff: 4s\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("/etc/driftless/driftless.yaml:6:19: apps[0].sync.retry.maxBackoff: 4s is shorter than backoff 5s (the default)"),
             "{err}"
         );
     }

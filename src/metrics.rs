@@ -5,7 +5,7 @@
 //! | `driftless_app_info` | gauge (1) | app, revision, sync, health | the app's revision in force, sync status and health |
 //! | `driftless_app_out_of_sync_seconds` | gauge | app | age of the gap (seconds since the app stopped being Synced), 0 when Synced; computed when scraped |
 //! | `driftless_app_resources` | gauge | app, sync | objects per sync status |
-//! | `driftless_app_condition` | gauge (0 or 1) | app, type, status | 1 for the status each condition has now (`True`, `False`, `Unknown`), 0 for the other two, as Flux's `gotk_reconcile_condition`; a condition the app no longer has has no series |
+//! | `driftless_app_condition` | gauge (0 or 1) | app, type, status | 1 for the status each condition has now (`True`, `False`, `Unknown`), 0 for the other two, as Flux's `gotk_reconcile_condition`; every condition type has its series from the start, all 0 while the app does not have the condition |
 //! | `driftless_reconcile_duration_seconds` | histogram | app | duration of one reconcile |
 //! | `driftless_drift_reverted_total` | counter | app | objects whose drift the change feed reverted |
 //! | `driftless_source_fetch_duration_seconds` | histogram | app | duration of one fetch |
@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::status::{AppStatus, SyncStatus};
+use crate::status::{AppStatus, ConditionType, SyncStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AppLabel {
@@ -174,6 +174,15 @@ impl Metrics {
         let _ = self.fetch_errors.get_or_create(&label);
         let _ = self.fetch_duration.get_or_create(&label);
         let _ = self.reconcile_duration.get_or_create(&label);
+        for t in ConditionType::ALL {
+            for v in ["True", "False", "Unknown"] {
+                let _ = self.conditions.get_or_create(&ConditionLabels {
+                    app: app.into(),
+                    r#type: t.as_str().into(),
+                    status: v.into(),
+                });
+            }
+        }
     }
 
     /// Records an app's status: its info series, its gap's start and its object counts.
@@ -204,14 +213,31 @@ impl Metrics {
             if *old != labels {
                 self.app_info.remove(old);
             }
-            for gone in old_types.iter().filter(|t| !types.contains(t)) {
+            // A type driftless does not know (another version's) that went away.
+            for gone in old_types.iter().filter(|t| {
+                !types.contains(t) && !ConditionType::ALL.iter().any(|a| a.as_str() == *t)
+            }) {
                 for v in VALUES {
                     self.conditions.remove(&condition(gone, v));
                 }
             }
         }
         self.app_info.get_or_create(&labels).set(1);
-        for c in &status.conditions {
+        // Every condition type has its three series from the start: 0 for each status while
+        // the app does not have the condition, so an alert on `== 1` always has a series.
+        for t in ConditionType::ALL {
+            let have = status.condition(t.clone()).map(|c| c.status.as_str());
+            for v in VALUES {
+                self.conditions
+                    .get_or_create(&condition(t.as_str(), v))
+                    .set(i64::from(have == Some(v)));
+            }
+        }
+        for c in status
+            .conditions
+            .iter()
+            .filter(|c| matches!(c.type_, ConditionType::Other(_)))
+        {
             for v in VALUES {
                 self.conditions
                     .get_or_create(&condition(c.type_.as_str(), v))
@@ -294,7 +320,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::health::Health;
-    use crate::status::{ConditionType, Reason};
+    use crate::status::Reason;
 
     #[test]
     fn every_documented_metric_is_exposed_and_info_series_do_not_pile_up() {
@@ -330,11 +356,20 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
-        // A condition the app no longer has loses its series.
+        // A condition the app does not have (now) reads 0 for every status.
         st.conditions.retain(|c| c.type_ != ConditionType::Stale);
         st.revision = Some("def".into());
         m.observe_status(&st);
-        assert!(!m.encode().contains("type=\"Stale\""));
+        let text = m.encode();
+        for v in ["True", "False", "Unknown"] {
+            let line =
+                format!("driftless_app_condition{{app=\"web\",type=\"Stale\",status=\"{v}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+        assert!(
+            text.contains("type=\"Contested\",status=\"True\"} 0"),
+            "{text}"
+        );
         m.reconcile_duration("web", 0.2);
         m.fetch("web", 0.1, true);
         m.drift_reverted("web", 2);

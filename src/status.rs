@@ -96,6 +96,21 @@ named! {
     }
 }
 
+impl ConditionType {
+    /// Every condition type driftless sets, in the order the status lists them.
+    pub const ALL: [ConditionType; 9] = [
+        ConditionType::Ready,
+        ConditionType::Reconciling,
+        ConditionType::Stalled,
+        ConditionType::Healthy,
+        ConditionType::Progressing,
+        ConditionType::SourceAvailable,
+        ConditionType::Stale,
+        ConditionType::SyncWindow,
+        ConditionType::Contested,
+    ];
+}
+
 impl From<bool> for ConditionStatus {
     fn from(b: bool) -> Self {
         if b { Self::True } else { Self::False }

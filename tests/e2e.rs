@@ -1364,6 +1364,8 @@ fn store_kind_names_resolve_as_kubectl_does() {
         stderr(&out)
     );
     // -n is ignored for a cluster-scoped object, as kubectl ignores it.
+    let out = env.run(&["store", "list", "ns", "-n", "default"]);
+    assert!(stdout(&out).contains("prod"), "{}", stdout(&out));
     let out = env.run(&["store", "get", "ns", "prod", "-n", "default"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = env.run(&["store", "delete", "namespace/prod", "-n", "default"]);

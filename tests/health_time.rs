@@ -524,6 +524,22 @@ fn wait_exits_0_when_the_conditions_hold_and_1_at_the_timeout() {
         "{}",
         stderr(&at_main)
     );
+    // A whole commit id the repository does not have fails at once.
+    let missing = env.run(&[
+        "wait",
+        "--app",
+        "demo",
+        "--timeout",
+        "1m",
+        "--revision",
+        &"d".repeat(40),
+    ]);
+    assert_eq!(missing.status.code(), Some(2), "{}", stdout(&missing));
+    assert!(
+        stderr(&missing).contains("not found"),
+        "{}",
+        stderr(&missing)
+    );
     // A revision refused as it stands (it does not parse) fails at once, not at the timeout.
     env.repo.write(
         "app/bad.yaml",

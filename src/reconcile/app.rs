@@ -655,7 +655,14 @@ impl App {
                     _ => Reason::FetchFailed,
                 };
                 let message = error_chain(&e);
-                tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
+                // Once per failure: retries failing the same way are debug lines (the
+                // condition and the backoff say it goes on).
+                let again = matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
+                if again {
+                    tracing::debug!(error = %message, "Fetch failed again");
+                } else {
+                    tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
+                }
                 self.problem = Some(Problem::Source { reason, message });
                 return Err(());
             }
