@@ -1098,7 +1098,7 @@ impl GitCache {
     }
 
     /// As [`GitCache::read`], reading the files `wants` selects by path instead of the plain
-    /// manifests (the render stage's [`crate::render::Renderer::selector`]): the walker still
+    /// manifests (the render stage's `Renderer::selector`): the walker still
     /// checks every entry (symlinks, submodules, limits), and reads only those files.
     ///
     /// # Errors
