@@ -90,7 +90,15 @@ fn the_module_graph_has_no_cycles_and_the_pure_leaves_stay_pure() {
     assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
     // The pure leaves: no I/O, so no path to a module that does I/O.
     for leaf in ["object", "yaml", "manifest", "diff", "health"] {
-        for effect in ["source", "store", "sync", "reconcile", "server", "cli", "report"] {
+        for effect in [
+            "source",
+            "store",
+            "sync",
+            "reconcile",
+            "server",
+            "cli",
+            "report",
+        ] {
             assert!(
                 !reaches(&graph, leaf, effect),
                 "{leaf} reaches {effect}: {:?}",

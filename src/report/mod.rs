@@ -26,6 +26,14 @@ use tracing::Instrument;
 use crate::health::Health;
 use crate::metrics::Metrics;
 
+mod bitbucket;
+mod gitea;
+mod github;
+mod gitlab;
+mod host;
+
+use host::{Host, LatestQuery, Repo};
+
 /// Commit-status providers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -428,7 +436,8 @@ pub trait ProviderClient: Send + Sync {
 /// The documented commit-status APIs of GitHub (and Enterprise), Gitea (and Forgejo), GitLab
 /// and Bitbucket Cloud, over HTTPS with rustls.
 pub struct HttpProvider {
-    kind: Provider,
+    /// The host's request shapes (one file per host).
+    host: Box<dyn Host>,
     client: reqwest::Client,
     /// The API base without a trailing slash.
     base: String,
@@ -501,7 +510,7 @@ impl HttpProvider {
             .timeout(Duration::from_secs(30))
             .build()?;
         Ok(Self {
-            kind,
+            host: host::for_provider(kind),
             client,
             base,
             repository: repository.trim().to_string(),
@@ -510,10 +519,11 @@ impl HttpProvider {
         })
     }
 
-    fn owner_repo(&self) -> (&str, &str) {
-        self.repository
-            .split_once('/')
-            .unwrap_or((&self.repository, ""))
+    fn repo(&self) -> Repo<'_> {
+        Repo {
+            base: &self.base,
+            repository: &self.repository,
+        }
     }
 
     /// `text` with the token (and the Basic credentials built from it) blanked out: a provider
@@ -533,87 +543,8 @@ impl HttpProvider {
     }
 
     fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        let token = self.token.expose_secret();
-        match self.kind {
-            Provider::Github => req
-                .bearer_auth(token)
-                .header("Accept", "application/vnd.github+json")
-                .header("X-GitHub-Api-Version", "2022-11-28"),
-            Provider::Gitea => req
-                .header("Authorization", format!("token {token}"))
-                .header("Accept", "application/json"),
-            Provider::Gitlab => req
-                .header("PRIVATE-TOKEN", token)
-                .header("Accept", "application/json"),
-            Provider::Bitbucket => match &self.username {
-                Some(user) => req.basic_auth(user, Some(token)),
-                None => req.bearer_auth(token),
-            }
-            .header("Accept", "application/json"),
-        }
-    }
-
-    fn post_request(&self, s: &CommitStatus) -> (String, Value) {
-        let state = self.native_state(s.state);
-        match self.kind {
-            Provider::Github | Provider::Gitea => {
-                let (owner, repo) = self.owner_repo();
-                let prefix = if self.kind == Provider::Gitea {
-                    "/api/v1"
-                } else {
-                    ""
-                };
-                let url = format!(
-                    "{}{prefix}/repos/{}/{}/statuses/{}",
-                    self.base,
-                    segment(owner),
-                    segment(repo),
-                    s.sha
-                );
-                let mut body =
-                    json!({"state": state, "description": s.description, "context": s.context});
-                if let Some(t) = &s.target_url {
-                    body["target_url"] = json!(t);
-                }
-                (url, body)
-            }
-            Provider::Gitlab => {
-                let url = format!(
-                    "{}/api/v4/projects/{}/statuses/{}",
-                    self.base,
-                    segment(&self.repository),
-                    s.sha
-                );
-                let mut body =
-                    json!({"state": state, "name": s.context, "description": s.description});
-                if let Some(t) = &s.target_url {
-                    body["target_url"] = json!(t);
-                }
-                (url, body)
-            }
-            Provider::Bitbucket => {
-                let (workspace, repo) = self.owner_repo();
-                let url = format!(
-                    "{}/2.0/repositories/{}/{}/commit/{}/statuses/build",
-                    self.base,
-                    segment(workspace),
-                    segment(repo),
-                    s.sha
-                );
-                // Bitbucket requires a URL: the commit's page when there is no status page.
-                let link = s.target_url.clone().unwrap_or_else(|| {
-                    format!("https://bitbucket.org/{workspace}/{repo}/commits/{}", s.sha)
-                });
-                let body = json!({
-                    "key": bitbucket_key(&s.context),
-                    "state": state,
-                    "name": s.context,
-                    "url": link,
-                    "description": s.description,
-                });
-                (url, body)
-            }
-        }
+        self.host
+            .authorize(req, self.token.expose_secret(), self.username.as_deref())
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, PostError> {
@@ -660,53 +591,15 @@ impl HttpProvider {
         })
     }
 
-    /// Every status of (commit, context) the provider lists, following its pagination, as
-    /// (id, native state, description).
+    /// Every status of (commit, context) the provider lists from `first`, following its
+    /// pagination, as (id, native state, description).
     async fn list(
         &self,
-        sha: &str,
+        first: String,
+        state_field: &str,
+        context_field: &str,
         context: &str,
     ) -> Result<Vec<(u64, String, String)>, PostError> {
-        let (first, state_field, context_field) = match self.kind {
-            Provider::Github | Provider::Gitea => {
-                let (owner, repo) = self.owner_repo();
-                let url = if self.kind == Provider::Github {
-                    format!(
-                        "{}/repos/{}/{}/commits/{sha}/statuses?per_page=100",
-                        self.base,
-                        segment(owner),
-                        segment(repo)
-                    )
-                } else {
-                    format!(
-                        "{}/api/v1/repos/{}/{}/statuses/{sha}?limit=50",
-                        self.base,
-                        segment(owner),
-                        segment(repo)
-                    )
-                };
-                (
-                    url,
-                    if self.kind == Provider::Github {
-                        "state"
-                    } else {
-                        "status"
-                    },
-                    "context",
-                )
-            }
-            Provider::Gitlab => (
-                format!(
-                    "{}/api/v4/projects/{}/repository/commits/{sha}/statuses?name={}&all=true&per_page=100",
-                    self.base,
-                    segment(&self.repository),
-                    segment(context)
-                ),
-                "status",
-                "name",
-            ),
-            Provider::Bitbucket => unreachable!("Bitbucket statuses are read by key"),
-        };
         let mut out = Vec::new();
         let mut next = Some(first);
         for _ in 0..20 {
@@ -737,39 +630,6 @@ impl HttpProvider {
 }
 
 impl HttpProvider {
-    /// The comments URL of pull request `number` and the base of a comment's URL (its id
-    /// goes after a `/`), by provider:
-    /// GitHub `/repos/{o}/{r}/issues/{n}/comments` and `/repos/{o}/{r}/issues/comments/{id}`
-    /// (a pull request is an issue), Gitea the same under `/api/v1`, GitLab
-    /// `/api/v4/projects/{id}/merge_requests/{iid}/notes[/{note_id}]`.
-    fn comment_urls(&self, number: u64) -> Option<(String, String)> {
-        let (owner, repo) = self.owner_repo();
-        let (owner, repo) = (segment(owner), segment(repo));
-        match self.kind {
-            Provider::Github | Provider::Gitea => {
-                let prefix = if self.kind == Provider::Gitea {
-                    "/api/v1"
-                } else {
-                    ""
-                };
-                let base = format!("{}{prefix}/repos/{owner}/{repo}/issues", self.base);
-                Some((
-                    format!("{base}/{number}/comments"),
-                    format!("{base}/comments"),
-                ))
-            }
-            Provider::Gitlab => {
-                let list = format!(
-                    "{}/api/v4/projects/{}/merge_requests/{number}/notes",
-                    self.base,
-                    segment(&self.repository)
-                );
-                Some((list.clone(), list))
-            }
-            Provider::Bitbucket => None,
-        }
-    }
-
     /// One page of a JSON list (`what` names it in errors) and the URL of the next page, if
     /// the provider gives one.
     async fn get_page(
@@ -778,7 +638,7 @@ impl HttpProvider {
         what: &str,
     ) -> Result<(Vec<Value>, Option<String>), PostError> {
         let resp = self.send(self.client.get(url)).await?;
-        let next = next_page(url, resp.headers(), self.kind);
+        let next = self.host.next_page(url, resp.headers());
         let items: Vec<Value> = resp.json().await.map_err(|e| PostError::Failed {
             provider: self.name(),
             status: 200,
@@ -794,10 +654,7 @@ impl HttpProvider {
         list_url: &str,
         marker: &str,
     ) -> Result<Option<(u64, String)>, PostError> {
-        let first = match self.kind {
-            Provider::Github | Provider::Gitlab => format!("{list_url}?per_page=100"),
-            _ => format!("{list_url}?limit=50"),
-        };
+        let first = self.host.first_comment_page(list_url);
         let mut next = Some(first);
         for _ in 0..50 {
             let Some(url) = next.take() else { break };
@@ -826,36 +683,6 @@ impl HttpProvider {
     }
 }
 
-/// The next page of a listing: GitHub and Gitea give a `Link: <...>; rel="next"` header,
-/// GitLab `X-Next-Page` (empty on the last page).
-fn next_page(
-    current: &str,
-    headers: &reqwest::header::HeaderMap,
-    kind: Provider,
-) -> Option<String> {
-    if kind == Provider::Gitlab {
-        let page = headers.get("x-next-page")?.to_str().ok()?.trim();
-        if page.is_empty() {
-            return None;
-        }
-        let base = match current.find("&page=") {
-            Some(i) => &current[..i],
-            None => current,
-        };
-        return Some(format!("{base}&page={page}"));
-    }
-    let link = headers.get(reqwest::header::LINK)?.to_str().ok()?;
-    link.split(',').find_map(|part| {
-        let (url, params) = part.split_once(';')?;
-        params.contains("rel=\"next\"").then(|| {
-            url.trim()
-                .trim_start_matches('<')
-                .trim_end_matches('>')
-                .to_string()
-        })
-    })
-}
-
 impl PostError {
     /// Logs the underlying network error (its text never holds credentials: reqwest errors
     /// name the URL, which carries none) and returns `self`.
@@ -868,42 +695,24 @@ impl PostError {
 #[async_trait]
 impl ProviderClient for HttpProvider {
     fn name(&self) -> &'static str {
-        self.kind.name()
+        self.host.provider().name()
     }
 
     fn target(&self) -> String {
-        format!("{}|{}|{}", self.kind.name(), self.base, self.repository)
+        format!("{}|{}|{}", self.name(), self.base, self.repository)
     }
 
     fn native_state(&self, state: State) -> &'static str {
-        match (self.kind, state) {
-            (Provider::Github | Provider::Gitea, State::Pending) => "pending",
-            (Provider::Github | Provider::Gitea, State::Success) => "success",
-            (Provider::Github | Provider::Gitea, State::Failure) => "failure",
-            (Provider::Github | Provider::Gitea, State::Error) => "error",
-            // GitLab has no `error`; `running` is the state of work in progress.
-            (Provider::Gitlab, State::Pending) => "running",
-            (Provider::Gitlab, State::Success) => "success",
-            (Provider::Gitlab, State::Failure | State::Error) => "failed",
-            (Provider::Bitbucket, State::Pending) => "INPROGRESS",
-            (Provider::Bitbucket, State::Success) => "SUCCESSFUL",
-            (Provider::Bitbucket, State::Failure | State::Error) => "FAILED",
-        }
+        self.host.native_state(state)
     }
 
     async fn post(&self, status: &CommitStatus) -> Result<(), PostError> {
-        let (url, body) = self.post_request(status);
+        let (url, body) = self.host.post_request(&self.repo(), status);
         match self.send(self.client.post(&url).json(&body)).await {
             Ok(_) => Ok(()),
-            // GitLab refuses to move a status to the state it is in ("Cannot transition status
-            // via :run from :running"): it already shows that state.
             Err(PostError::Failed {
-                status: 400,
-                message,
-                ..
-            }) if self.kind == Provider::Gitlab && message.contains("Cannot transition status") => {
-                Ok(())
-            }
+                status, message, ..
+            }) if self.host.already_there(status, &message) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -913,38 +722,35 @@ impl ProviderClient for HttpProvider {
         sha: &str,
         context: &str,
     ) -> Result<Option<(String, String)>, PostError> {
-        if self.kind == Provider::Bitbucket {
-            let (workspace, repo) = self.owner_repo();
-            let url = format!(
-                "{}/2.0/repositories/{}/{}/commit/{sha}/statuses/build/{}",
-                self.base,
-                segment(workspace),
-                segment(repo),
-                segment(&bitbucket_key(context))
-            );
-            return match self.send(self.client.get(&url)).await {
+        match self.host.latest(&self.repo(), sha, context) {
+            LatestQuery::ByKey(url) => match self.send(self.client.get(&url)).await {
                 Ok(resp) => {
                     let v: Value = resp.json().await.unwrap_or(Value::Null);
-                    Ok(Some((
-                        v.get("state")
+                    let field = |f: &str| {
+                        v.get(f)
                             .and_then(Value::as_str)
                             .unwrap_or_default()
-                            .to_string(),
-                        v.get("description")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                    )))
+                            .to_string()
+                    };
+                    Ok(Some((field("state"), field("description"))))
                 }
                 Err(PostError::Failed { status: 404, .. }) => Ok(None),
                 Err(e) => Err(e),
-            };
+            },
+            LatestQuery::List {
+                first,
+                state_field,
+                context_field,
+            } => {
+                let all = self
+                    .list(first, state_field, context_field, context)
+                    .await?;
+                Ok(all
+                    .into_iter()
+                    .max_by_key(|(id, _, _)| *id)
+                    .map(|(_, state, description)| (state, description)))
+            }
         }
-        let all = self.list(sha, context).await?;
-        Ok(all
-            .into_iter()
-            .max_by_key(|(id, _, _)| *id)
-            .map(|(_, state, description)| (state, description)))
     }
 
     /// `<!-- driftless-preview:<app>:<16 hex digits> -->`: the digits are an HMAC-SHA256 of
@@ -970,17 +776,20 @@ impl ProviderClient for HttpProvider {
         body: &str,
         known: Option<u64>,
     ) -> Result<u64, PostError> {
-        let Some((list_url, item_base)) = self.comment_urls(number) else {
+        let Some((list_url, item_base)) = self.host.comment_urls(&self.repo(), number) else {
             return Err(PostError::Failed {
                 provider: self.name(),
                 status: 0,
-                message: "pull-request comments are not supported for Bitbucket".into(),
+                message: format!(
+                    "pull-request comments are not supported for {}",
+                    self.name()
+                ),
             });
         };
         let payload = json!({ "body": body });
         let edit = |id: u64| {
             let url = format!("{item_base}/{id}");
-            if self.kind == Provider::Gitlab {
+            if self.host.edits_with_put() {
                 self.client.put(url)
             } else {
                 self.client.patch(url)
