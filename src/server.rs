@@ -751,35 +751,121 @@ fn ignored(event: &str) -> Response {
     json_response(StatusCode::ACCEPTED, json!({ "ignored": event }))
 }
 
-async fn github(
-    State(s): State<ServerState>,
-    headers: HeaderMap,
+/// How one Git host announces pushes and pull requests to a webhook, per its documentation:
+/// how the delivery is signed, which header names the event, which events are pushes and
+/// which pull requests, and where the payload gives the repository's URLs and default branch.
+struct WebhookHost {
+    /// `github`, `gitea`, `gitlab`: the path `/webhooks/<name>` and the config's key.
+    name: &'static str,
+    /// The secret configured for it.
+    secret: fn(&WebhookSecrets) -> Option<&SecretString>,
+    /// True when the delivery carries a valid signature for `secret`.
+    signed: fn(&SecretString, &HeaderMap, &[u8]) -> bool,
+    /// The header naming the event.
+    event_header: &'static str,
+    push_events: &'static [&'static str],
+    pull_request_events: &'static [&'static str],
+    push_urls: &'static [&'static str],
+    pull_request_urls: &'static [&'static str],
+    default_branch: &'static [&'static str],
+}
+
+/// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, `X-GitHub-Event`.
+const GITHUB_HOOK: WebhookHost = WebhookHost {
+    name: "github",
+    secret: |w| w.github.as_ref(),
+    signed: |secret, headers, body| {
+        header_str(headers, "x-hub-signature-256")
+            .and_then(|v| v.strip_prefix("sha256="))
+            .is_some_and(|sig| hmac_ok(secret, body, sig))
+    },
+    event_header: "x-github-event",
+    push_events: &["push"],
+    pull_request_events: &["pull_request"],
+    push_urls: GITHUB_REPOSITORY_URLS,
+    pull_request_urls: GITHUB_REPOSITORY_URLS,
+    default_branch: &["/repository/default_branch", "/repository/master_branch"],
+};
+
+/// Gitea: `X-Gitea-Signature: <hex HMAC-SHA256 of the body>`, `X-Gitea-Event` (a push to a
+/// pull request is `pull_request_sync` in some versions).
+const GITEA_HOOK: WebhookHost = WebhookHost {
+    name: "gitea",
+    secret: |w| w.gitea.as_ref(),
+    signed: |secret, headers, body| {
+        header_str(headers, "x-gitea-signature").is_some_and(|sig| hmac_ok(secret, body, sig))
+    },
+    event_header: "x-gitea-event",
+    push_events: &["push"],
+    pull_request_events: &["pull_request", "pull_request_sync"],
+    push_urls: GITEA_REPOSITORY_URLS,
+    pull_request_urls: GITEA_REPOSITORY_URLS,
+    default_branch: &["/repository/default_branch"],
+};
+
+/// GitLab: the shared secret itself in `X-Gitlab-Token`, `X-Gitlab-Event`.
+const GITLAB_HOOK: WebhookHost = WebhookHost {
+    name: "gitlab",
+    secret: |w| w.gitlab.as_ref(),
+    signed: |secret, headers, _| {
+        let given = header_str(headers, "x-gitlab-token").unwrap_or_default();
+        constant_time_eq(secret.expose_secret().as_bytes(), given.as_bytes())
+    },
+    event_header: "x-gitlab-event",
+    push_events: &["Push Hook", "Tag Push Hook"],
+    pull_request_events: &["Merge Request Hook"],
+    push_urls: &[
+        "/project/git_http_url",
+        "/project/git_ssh_url",
+        "/project/web_url",
+        "/repository/git_http_url",
+        "/repository/git_ssh_url",
+        "/repository/homepage",
+    ],
+    pull_request_urls: &[
+        "/project/git_http_url",
+        "/project/git_ssh_url",
+        "/project/web_url",
+        "/repository/url",
+        "/repository/homepage",
+    ],
+    default_branch: &["/project/default_branch"],
+};
+
+/// The one webhook handler: checks the delivery the way `host` signs it, then triggers the
+/// apps a push concerns, or the previews a pull-request event concerns.
+fn webhook(
+    host: &WebhookHost,
+    s: &ServerState,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(secret) = &s.webhooks.github else {
-        return not_configured("github");
+    let Some(secret) = (host.secret)(&s.webhooks) else {
+        return not_configured(host.name);
     };
     let body = match body {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let signed = header_str(&headers, "x-hub-signature-256")
-        .and_then(|v| v.strip_prefix("sha256="))
-        .is_some_and(|sig| hmac_ok(secret, &body, sig));
-    if !signed {
-        return unauthorized("github");
+    if !(host.signed)(secret, headers, &body) {
+        return unauthorized(host.name);
     }
-    match header_str(&headers, "x-github-event").unwrap_or_default() {
-        "push" => push(
-            &s,
-            "github",
-            &body,
-            GITHUB_REPOSITORY_URLS,
-            &["/repository/default_branch", "/repository/master_branch"],
-        ),
-        "pull_request" => pull_request(&s, "github", &body, GITHUB_REPOSITORY_URLS),
-        other => ignored(other),
+    let event = header_str(headers, host.event_header).unwrap_or_default();
+    if host.push_events.contains(&event) {
+        push(s, host.name, &body, host.push_urls, host.default_branch)
+    } else if host.pull_request_events.contains(&event) {
+        pull_request(s, host.name, &body, host.pull_request_urls)
+    } else {
+        ignored(event)
     }
+}
+
+async fn github(
+    State(s): State<ServerState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    webhook(&GITHUB_HOOK, &s, &headers, body)
 }
 
 async fn gitea(
@@ -787,32 +873,7 @@ async fn gitea(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(secret) = &s.webhooks.gitea else {
-        return not_configured("gitea");
-    };
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let signed =
-        header_str(&headers, "x-gitea-signature").is_some_and(|sig| hmac_ok(secret, &body, sig));
-    if !signed {
-        return unauthorized("gitea");
-    }
-    match header_str(&headers, "x-gitea-event").unwrap_or_default() {
-        "push" => push(
-            &s,
-            "gitea",
-            &body,
-            GITEA_REPOSITORY_URLS,
-            &["/repository/default_branch"],
-        ),
-        // Gitea names a push to a pull request `pull_request_sync` in some versions.
-        "pull_request" | "pull_request_sync" => {
-            pull_request(&s, "gitea", &body, GITEA_REPOSITORY_URLS)
-        }
-        other => ignored(other),
-    }
+    webhook(&GITEA_HOOK, &s, &headers, body)
 }
 
 async fn gitlab(
@@ -820,46 +881,7 @@ async fn gitlab(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let Some(secret) = &s.webhooks.gitlab else {
-        return not_configured("gitlab");
-    };
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
-    let given = header_str(&headers, "x-gitlab-token").unwrap_or_default();
-    if !constant_time_eq(secret.expose_secret().as_bytes(), given.as_bytes()) {
-        return unauthorized("gitlab");
-    }
-    match header_str(&headers, "x-gitlab-event").unwrap_or_default() {
-        "Push Hook" | "Tag Push Hook" => push(
-            &s,
-            "gitlab",
-            &body,
-            &[
-                "/project/git_http_url",
-                "/project/git_ssh_url",
-                "/project/web_url",
-                "/repository/git_http_url",
-                "/repository/git_ssh_url",
-                "/repository/homepage",
-            ],
-            &["/project/default_branch"],
-        ),
-        "Merge Request Hook" => pull_request(
-            &s,
-            "gitlab",
-            &body,
-            &[
-                "/project/git_http_url",
-                "/project/git_ssh_url",
-                "/project/web_url",
-                "/repository/url",
-                "/repository/homepage",
-            ],
-        ),
-        other => ignored(other),
-    }
+    webhook(&GITLAB_HOOK, &s, &headers, body)
 }
 
 /// Escapes text for HTML.
