@@ -652,36 +652,7 @@ fn default_max_backoff() -> Spanned<Duration> {
     unspanned(Duration::from_secs(180))
 }
 
-/// Whether a sync window lets syncs run or holds them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WindowKind {
-    /// Automatic syncs run only inside allow windows (when there are any).
-    Allow,
-    /// No automatic sync runs inside a deny window.
-    Deny,
-}
-
-/// `apps[].sync.windows[]`, as Argo CD's sync windows.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WindowConfig {
-    /// `allow` or `deny`.
-    pub kind: WindowKind,
-    /// When the window opens: a 5-field cron expression (minute hour day-of-month month
-    /// day-of-week; Sunday is 0 or 7), evaluated by croner.
-    pub schedule: Spanned<String>,
-    /// How long it stays open after each opening.
-    #[serde(deserialize_with = "duration")]
-    pub duration: Spanned<Duration>,
-    /// IANA time zone of the schedule, e.g. `Europe/Berlin`. Default `UTC`.
-    #[serde(default)]
-    pub time_zone: Option<Spanned<String>>,
-    /// Manual syncs (`POST /api/v1/apps/{name}/sync`) may run while this window holds the app.
-    /// Default false.
-    #[serde(default)]
-    pub manual_sync: bool,
-}
+pub use crate::window::{WindowConfig, WindowKind};
 
 /// `health[]`: a custom health rule, CEL expressions for one group and kind (in the spirit of
 /// Flux's `healthCheckExprs`). Each expression sees the object's top-level fields as variables
@@ -714,28 +685,8 @@ fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<Durati
     duration(d).map(Some)
 }
 
-/// Deserializes a humantime duration string (`30s`, `10m`, `1h 30m`).
-/// The longest duration the config takes: 100 years. Longer ones overflow time arithmetic
-/// (`now + 300000y` is past the last representable date; tokio's timers and chrono's dates
-/// panic or give up), and none is meaningful.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Duration>, D::Error> {
-    let s = Spanned::<String>::deserialize(d)?;
-    let value = humantime::parse_duration(s.value.trim()).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration `{}`: {e} (write e.g. `30s`, `10m`, `1h`)",
-            s.value
-        ))
-    })?;
-    if value > MAX_DURATION {
-        return Err(serde::de::Error::custom(format!(
-            "duration `{}` is longer than 100 years, the longest this setting takes",
-            s.value.trim()
-        )));
-    }
-    Ok(Spanned::new(value, s.referenced, s.defined))
-}
+pub use crate::yaml::MAX_DURATION;
+use crate::yaml::duration;
 
 fn validate_etcd(
     e: &EtcdConfig,

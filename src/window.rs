@@ -16,8 +16,41 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 
-use crate::config::{WindowConfig, WindowKind};
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
 use crate::status::Reason;
+
+/// Whether a sync window lets syncs run or holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowKind {
+    /// Automatic syncs run only inside allow windows (when there are any).
+    Allow,
+    /// No automatic sync runs inside a deny window.
+    Deny,
+}
+
+/// `apps[].sync.windows[]`, as Argo CD's sync windows.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WindowConfig {
+    /// `allow` or `deny`.
+    pub kind: WindowKind,
+    /// When the window opens: a 5-field cron expression (minute hour day-of-month month
+    /// day-of-week; Sunday is 0 or 7), evaluated by croner.
+    pub schedule: Spanned<String>,
+    /// How long it stays open after each opening.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub duration: Spanned<Duration>,
+    /// IANA time zone of the schedule, e.g. `Europe/Berlin`. Default `UTC`.
+    #[serde(default)]
+    pub time_zone: Option<Spanned<String>>,
+    /// Manual syncs (`POST /api/v1/apps/{name}/sync`) may run while this window holds the app.
+    /// Default false.
+    #[serde(default)]
+    pub manual_sync: bool,
+}
 
 /// A window, parsed.
 #[derive(Clone, Debug)]

@@ -81,6 +81,37 @@ fn message(raw: &str) -> String {
     msg.to_string()
 }
 
+/// The longest duration the config takes: 100 years. Longer ones overflow time arithmetic
+/// (`now + 300000y` is past the last representable date; tokio's timers and chrono's dates
+/// panic or give up), and none is meaningful.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Deserializes a humantime duration (`30s`, `10m`, `1h`) with its position, at most
+/// [`MAX_DURATION`]; the config's duration fields use it.
+///
+/// # Errors
+///
+/// A message naming the text when it is not a duration or is too long.
+pub fn duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<serde_saphyr::Spanned<std::time::Duration>, D::Error> {
+    use serde::Deserialize as _;
+    let s = serde_saphyr::Spanned::<String>::deserialize(d)?;
+    let value = humantime::parse_duration(s.value.trim()).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration `{}`: {e} (write e.g. `30s`, `10m`, `1h`)",
+            s.value
+        ))
+    })?;
+    if value > MAX_DURATION {
+        return Err(serde::de::Error::custom(format!(
+            "duration `{}` is longer than 100 years, the longest this setting takes",
+            s.value.trim()
+        )));
+    }
+    Ok(serde_saphyr::Spanned::new(value, s.referenced, s.defined))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
