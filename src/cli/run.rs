@@ -65,17 +65,14 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     }
     let queue = report::Queue::default();
     let claim = Arc::new(tokio::sync::Mutex::new(()));
-    let apps = load_apps(
-        &cfg,
-        &stores,
-        &git,
-        None,
-        false,
-        Some(&metrics),
-        &queue,
-        &claim,
-    )
-    .await?;
+    let shared = Shared {
+        stores: &stores,
+        git: &git,
+        metrics: Some(&metrics),
+        queue: &queue,
+        claim: &claim,
+    };
+    let apps = load_apps(&cfg, &shared, None, false).await?;
     let previews = load_previews(&cfg, &stores, &git, &queue, &claim).await?;
     let state_parts = server_secrets(&cfg)?;
     let listener =
@@ -221,16 +218,30 @@ pub(super) async fn load_previews(
 /// Loads the selected apps (all when `only` is `None`) with their reporters and metrics.
 /// Reading a status token that is not there is an error naming its config key.
 #[allow(clippy::too_many_arguments)]
+/// What every app of a process shares: the store (per app, with etcd replicas), the Git
+/// cache, the metrics (the agent's only), the commit-status queue, and the lock that serializes
+/// claims of new objects.
+pub(super) struct Shared<'a> {
+    pub(super) stores: &'a Stores,
+    pub(super) git: &'a GitCache,
+    pub(super) metrics: Option<&'a Arc<Metrics>>,
+    pub(super) queue: &'a report::Queue,
+    pub(super) claim: &'a Arc<tokio::sync::Mutex<()>>,
+}
+
 pub(super) async fn load_apps(
     cfg: &Loaded,
-    stores: &Stores,
-    git: &GitCache,
+    shared: &Shared<'_>,
     only: Option<&str>,
     dry_run: bool,
-    metrics: Option<&Arc<Metrics>>,
-    queue: &report::Queue,
-    claim: &Arc<tokio::sync::Mutex<()>>,
 ) -> anyhow::Result<Vec<App>> {
+    let &Shared {
+        stores,
+        git,
+        metrics,
+        queue,
+        claim,
+    } = shared;
     let rules = health_rules(cfg)?;
     let external_url = external_url(cfg);
     let mut apps = Vec::new();

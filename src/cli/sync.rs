@@ -7,17 +7,15 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
     let git = git_cache(&cfg)?;
     let queue = report::Queue::default();
     let claim = Arc::new(tokio::sync::Mutex::new(()));
-    let apps = load_apps(
-        &cfg,
-        &Stores::shared(&store),
-        &git,
-        app.as_deref(),
-        dry_run,
-        None,
-        &queue,
-        &claim,
-    )
-    .await?;
+    let stores = Stores::shared(&store);
+    let shared = Shared {
+        stores: &stores,
+        git: &git,
+        metrics: None,
+        queue: &queue,
+        claim: &claim,
+    };
+    let apps = load_apps(&cfg, &shared, app.as_deref(), dry_run).await?;
     let mut all_synced = true;
     for mut app in apps {
         let span = tracing::info_span!("app", app = %app.name());
