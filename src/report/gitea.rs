@@ -4,7 +4,7 @@
 use reqwest::RequestBuilder;
 use serde_json::Value;
 
-use super::github::status_body;
+use super::github::{github_state, issue_comment_urls, status_body};
 use super::host::{Host, LatestQuery, Repo};
 use super::{CommitStatus, Provider, State, segment};
 
@@ -22,12 +22,7 @@ impl Host for Gitea {
     }
 
     fn native_state(&self, state: State) -> &'static str {
-        match state {
-            State::Pending => "pending",
-            State::Success => "success",
-            State::Failure => "failure",
-            State::Error => "error",
-        }
+        github_state(state)
     }
 
     fn post_request(&self, at: &Repo, s: &CommitStatus) -> (String, Value) {
@@ -57,17 +52,7 @@ impl Host for Gitea {
     }
 
     fn comment_urls(&self, at: &Repo, number: u64) -> Option<(String, String)> {
-        let (owner, repo) = at.owner_repo();
-        let base = format!(
-            "{}/api/v1/repos/{}/{}/issues",
-            at.base,
-            segment(owner),
-            segment(repo)
-        );
-        Some((
-            format!("{base}/{number}/comments"),
-            format!("{base}/comments"),
-        ))
+        Some(issue_comment_urls(at, "/api/v1", number))
     }
 
     fn first_comment_page(&self, list_url: &str) -> String {

@@ -24,12 +24,7 @@ impl Host for GitHub {
     }
 
     fn native_state(&self, state: State) -> &'static str {
-        match state {
-            State::Pending => "pending",
-            State::Success => "success",
-            State::Failure => "failure",
-            State::Error => "error",
-        }
+        github_state(state)
     }
 
     fn post_request(&self, at: &Repo, s: &CommitStatus) -> (String, Value) {
@@ -59,18 +54,35 @@ impl Host for GitHub {
     }
 
     fn comment_urls(&self, at: &Repo, number: u64) -> Option<(String, String)> {
-        let (owner, repo) = at.owner_repo();
-        let base = format!(
-            "{}/repos/{}/{}/issues",
-            at.base,
-            segment(owner),
-            segment(repo)
-        );
-        Some((
-            format!("{base}/{number}/comments"),
-            format!("{base}/comments"),
-        ))
+        Some(issue_comment_urls(at, "", number))
     }
+}
+
+/// GitHub's state names, which Gitea shares.
+pub(super) fn github_state(state: State) -> &'static str {
+    match state {
+        State::Pending => "pending",
+        State::Success => "success",
+        State::Failure => "failure",
+        State::Error => "error",
+    }
+}
+
+/// The comments of pull request `number` as an issue's (GitHub, and Gitea under `/api/v1`):
+/// `{prefix}/repos/{o}/{r}/issues/{n}/comments`, and one comment's base
+/// `{prefix}/repos/{o}/{r}/issues/comments`.
+pub(super) fn issue_comment_urls(at: &Repo, prefix: &str, number: u64) -> (String, String) {
+    let (owner, repo) = at.owner_repo();
+    let base = format!(
+        "{}{prefix}/repos/{}/{}/issues",
+        at.base,
+        segment(owner),
+        segment(repo)
+    );
+    (
+        format!("{base}/{number}/comments"),
+        format!("{base}/comments"),
+    )
 }
 
 /// The body GitHub and Gitea take: `state`, `description`, `context`, and `target_url` when
