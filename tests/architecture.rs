@@ -1,8 +1,9 @@
 //! The module graph as ARCHITECTURE.md section 3 draws it: no module imports another that
 //! imports it back, directly or round a circle, and the pure leaves import no effectful module.
 //!
-//! Read from the source: every `crate::<module>` path in non-test, non-comment code of
-//! `src/<module>.rs` or `src/<module>/**.rs` is an edge.
+//! Read from the source: every `crate::<module>` path (and each name of a `crate::{a, b}`
+//! group) in non-test, non-comment code of `src/<module>.rs` or `src/<module>/**.rs` is an
+//! edge.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -46,12 +47,26 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
                 continue;
             }
             for (i, _) in line.match_indices("crate::") {
-                let name: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                    .collect();
-                if !name.is_empty() && name != top {
-                    edges.insert(name);
+                let rest = &line[i + 7..];
+                // `crate::x::...`, or a group `crate::{x, y::Z}` (on one line).
+                let names: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(group) => group
+                        .split('}')
+                        .next()
+                        .unwrap_or_default()
+                        .split(',')
+                        .collect(),
+                    None => vec![rest],
+                };
+                for name in names {
+                    let name: String = name
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != top && name != "self" {
+                        edges.insert(name);
+                    }
                 }
             }
         }
