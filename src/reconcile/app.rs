@@ -388,7 +388,7 @@ impl App {
                     self.next_fetch = now + self.cfg.source.interval.value;
                 }
             }
-            Err(failure) => self.error_policy(failure, now),
+            Err(failure) => self.error_policy(failure, fetch, now),
         }
         (self.next_action(now), report)
     }
@@ -396,18 +396,17 @@ impl App {
     /// The one error policy: a failed pass backs off its retries (5 s doubling to
     /// `sync.retry.maxBackoff`); trouble writing the store backs off the retries but never the
     /// fetches, so a new commit is still fetched (and tried) every poll interval.
-    fn error_policy(&mut self, failure: Failure, now: std::time::Instant) {
-        let mut d = self.backoff.fail();
-        if failure == Failure::Store {
-            d = d.min(self.cfg.source.interval.value);
-        }
-        tracing::info!(retry_in = ?d, "Reconcile failed; backing off");
-        // A failed change-feed pass is retried by a full one, never later than the fetch
-        // already due.
-        self.next_fetch = self.next_fetch.min(now + d);
-        if failure == Failure::Source {
-            self.next_fetch = now + d;
-        }
+    fn error_policy(&mut self, failure: Failure, fetched: bool, now: std::time::Instant) {
+        let backoff = self.backoff.fail();
+        self.next_fetch = retry_at(
+            failure,
+            fetched,
+            self.next_fetch,
+            now,
+            backoff,
+            self.cfg.source.interval.value,
+        );
+        tracing::info!(retry_in = ?self.next_fetch.saturating_duration_since(now), "Reconcile failed; backing off");
     }
 
     /// What to do next: fetch when the poll (or retry) is due, or earlier, reconcile without
@@ -1334,6 +1333,29 @@ impl App {
     }
 }
 
+/// When to fetch again after a failed pass, by [`App::error_policy`]'s rule: after `backoff`,
+/// which store trouble never stretches past the poll `interval`; a failed pass that did not
+/// fetch (a change-feed pass) keeps an earlier fetch already `due`. Never before `now` unless
+/// that fetch was already due.
+fn retry_at(
+    failure: Failure,
+    fetched: bool,
+    due: std::time::Instant,
+    now: std::time::Instant,
+    backoff: Duration,
+    interval: Duration,
+) -> std::time::Instant {
+    let d = match failure {
+        Failure::Source => backoff,
+        Failure::Store => backoff.min(interval),
+    };
+    if fetched || failure == Failure::Source {
+        now + d
+    } else {
+        due.min(now + d)
+    }
+}
+
 /// True when two statuses agree on everything but the per-object list.
 fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
     a.name == b.name
@@ -1364,5 +1386,42 @@ pub(super) fn resource(
         health: health.health,
         health_message: (!health.message.is_empty()).then_some(health.message),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_pass_retries_after_its_backoff_and_store_trouble_never_delays_a_fetch() {
+        let now = std::time::Instant::now();
+        let s = Duration::from_secs;
+        let interval = s(180);
+        // A fetch that failed on the source: again after the backoff, whatever was due.
+        assert_eq!(
+            retry_at(Failure::Source, true, now, now, s(5), interval),
+            now + s(5)
+        );
+        // A fetch whose writes failed: after the backoff, never past the poll interval; not
+        // at once (the fetch that was due is the one that just ran).
+        assert_eq!(
+            retry_at(Failure::Store, true, now, now, s(5), interval),
+            now + s(5)
+        );
+        assert_eq!(
+            retry_at(Failure::Store, true, now, now, s(600), interval),
+            now + interval
+        );
+        // A change-feed pass whose writes failed: a full pass after the backoff, or the fetch
+        // already due if that comes first.
+        assert_eq!(
+            retry_at(Failure::Store, false, now + s(60), now, s(5), interval),
+            now + s(5)
+        );
+        assert_eq!(
+            retry_at(Failure::Store, false, now + s(2), now, s(5), interval),
+            now + s(2)
+        );
     }
 }
