@@ -654,27 +654,7 @@ fn default_max_backoff() -> Spanned<Duration> {
 
 pub use crate::window::{WindowConfig, WindowKind};
 
-/// `health[]`: a custom health rule, CEL expressions for one group and kind (in the spirit of
-/// Flux's `healthCheckExprs`). Each expression sees the object's top-level fields as variables
-/// (`metadata`, `spec`, `status`...; absent ones as `{}`) and the whole object as `object`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct HealthRuleConfig {
-    /// API group; empty or left out for the core group.
-    #[serde(default)]
-    pub group: String,
-    /// Kind.
-    pub kind: String,
-    /// True when the object is healthy.
-    #[serde(default)]
-    pub healthy: Option<Spanned<String>>,
-    /// True when it is progressing.
-    #[serde(default)]
-    pub progressing: Option<Spanned<String>>,
-    /// True when it is degraded (tried first).
-    #[serde(default)]
-    pub degraded: Option<Spanned<String>>,
-}
+pub use crate::health::HealthRuleConfig;
 
 fn yes() -> bool {
     true

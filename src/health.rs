@@ -739,6 +739,28 @@ fn is_identifier(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `health[]`: a custom health rule, CEL expressions for one group and kind (in the spirit of
+/// Flux's `healthCheckExprs`). Each expression sees the object's top-level fields as variables
+/// (`metadata`, `spec`, `status`...; absent ones as `{}`) and the whole object as `object`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthRuleConfig {
+    /// API group; empty or left out for the core group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// True when the object is healthy.
+    #[serde(default)]
+    pub healthy: Option<serde_saphyr::Spanned<String>>,
+    /// True when it is progressing.
+    #[serde(default)]
+    pub progressing: Option<serde_saphyr::Spanned<String>>,
+    /// True when it is degraded (tried first).
+    #[serde(default)]
+    pub degraded: Option<serde_saphyr::Spanned<String>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
