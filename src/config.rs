@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use crate::object::dns1123_label_error;
@@ -207,44 +207,7 @@ pub struct AppConfig {
     pub preview: Option<PreviewConfig>,
 }
 
-/// `apps[].preview:`: plan every pull request's head against the live store, and report what
-/// merging it would change on the pull request.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PreviewConfig {
-    /// Which remote refs are pull requests: a glob over full ref names where `*` matches within
-    /// one path segment and `**` across segments. GitHub and Gitea `refs/pull/*/head`, GitLab
-    /// `refs/merge-requests/*/head`. What the first `*` matches is the pull request's number
-    /// (its id in URLs, namespaces and comments).
-    pub refs: Spanned<String>,
-    /// Keep one comment on the pull request with the diff summary, edited in place (GitHub and
-    /// Gitea issue comments, GitLab merge-request notes). Default false; needs `status`.
-    #[serde(default)]
-    pub comment: bool,
-    /// Also apply each pull request's objects into their own namespace, reconcile them and
-    /// delete them when the ref goes away. Default false.
-    #[serde(default)]
-    pub deploy: bool,
-    /// The namespace of a deployed preview; `{number}` is replaced by the pull request's
-    /// number. Default `pr-{number}`. Must give an RFC 1123 label.
-    #[serde(default = "default_preview_namespace")]
-    pub namespace: Spanned<String>,
-    /// At most this many previews per app (the newest head commits first). Default 20.
-    #[serde(default = "default_max_open")]
-    pub max_open: Spanned<usize>,
-    /// Refs whose head commit (committer time) is older than this are skipped. No limit by
-    /// default.
-    #[serde(default, deserialize_with = "opt_duration")]
-    pub max_age: Option<Spanned<Duration>>,
-}
-
-fn default_preview_namespace() -> Spanned<String> {
-    unspanned("pr-{number}".to_string())
-}
-
-fn default_max_open() -> Spanned<usize> {
-    unspanned(20)
-}
+pub use crate::preview::PreviewConfig;
 
 /// Where a secret comes from: `{env: NAME}` (an environment variable) or `{file: PATH}` (a
 /// file, relative to the config file's folder; one trailing newline is dropped). Secrets are
@@ -539,14 +502,6 @@ fn default_interval() -> Spanned<Duration> {
     unspanned(Duration::from_secs(60))
 }
 
-fn unspanned<T>(value: T) -> Spanned<T> {
-    Spanned::new(
-        value,
-        serde_saphyr::Location::UNKNOWN,
-        serde_saphyr::Location::UNKNOWN,
-    )
-}
-
 /// `apps[].target:`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -660,13 +615,8 @@ fn yes() -> bool {
     true
 }
 
-/// Deserializes an optional humantime duration.
-fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<Duration>>, D::Error> {
-    duration(d).map(Some)
-}
-
 pub use crate::yaml::MAX_DURATION;
-use crate::yaml::duration;
+use crate::yaml::{duration, opt_duration, unspanned};
 
 fn validate_etcd(
     e: &EtcdConfig,

@@ -501,6 +501,45 @@ pub fn inventory_name(app: &str, number: &str) -> String {
     format!("{app}.preview.{number}")
 }
 
+/// `apps[].preview:`: plan every pull request's head against the live store, and report what
+/// merging it would change on the pull request.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PreviewConfig {
+    /// Which remote refs are pull requests: a glob over full ref names where `*` matches within
+    /// one path segment and `**` across segments. GitHub and Gitea `refs/pull/*/head`, GitLab
+    /// `refs/merge-requests/*/head`. What the first `*` matches is the pull request's number
+    /// (its id in URLs, namespaces and comments).
+    pub refs: serde_saphyr::Spanned<String>,
+    /// Keep one comment on the pull request with the diff summary, edited in place (GitHub and
+    /// Gitea issue comments, GitLab merge-request notes). Default false; needs `status`.
+    #[serde(default)]
+    pub comment: bool,
+    /// Also apply each pull request's objects into their own namespace, reconcile them and
+    /// delete them when the ref goes away. Default false.
+    #[serde(default)]
+    pub deploy: bool,
+    /// The namespace of a deployed preview; `{number}` is replaced by the pull request's
+    /// number. Default `pr-{number}`. Must give an RFC 1123 label.
+    #[serde(default = "default_preview_namespace")]
+    pub namespace: serde_saphyr::Spanned<String>,
+    /// At most this many previews per app (the newest head commits first). Default 20.
+    #[serde(default = "default_max_open")]
+    pub max_open: serde_saphyr::Spanned<usize>,
+    /// Refs whose head commit (committer time) is older than this are skipped. No limit by
+    /// default.
+    #[serde(default, deserialize_with = "crate::yaml::opt_duration")]
+    pub max_age: Option<serde_saphyr::Spanned<std::time::Duration>>,
+}
+
+fn default_preview_namespace() -> serde_saphyr::Spanned<String> {
+    crate::yaml::unspanned("pr-{number}".to_string())
+}
+
+fn default_max_open() -> serde_saphyr::Spanned<usize> {
+    crate::yaml::unspanned(20)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,6 +112,26 @@ pub fn duration<'de, D: serde::Deserializer<'de>>(
     Ok(serde_saphyr::Spanned::new(value, s.referenced, s.defined))
 }
 
+/// A value with no position in the file (a default the file did not write).
+pub fn unspanned<T>(value: T) -> serde_saphyr::Spanned<T> {
+    serde_saphyr::Spanned::new(
+        value,
+        serde_saphyr::Location::UNKNOWN,
+        serde_saphyr::Location::UNKNOWN,
+    )
+}
+
+/// Deserializes an optional humantime duration.
+///
+/// # Errors
+///
+/// As [`duration`].
+pub fn opt_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_saphyr::Spanned<std::time::Duration>>, D::Error> {
+    duration(d).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
