@@ -1355,6 +1355,26 @@ fn store_kind_names_resolve_as_kubectl_does() {
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, BTreeSet::from(["ConfigMap", "Namespace"]), "{v}");
+    // Several kinds in one get, as kubectl takes them: what exists is printed, exit 1 for
+    // the missing one.
+    let out = env.run(&[
+        "store",
+        "get",
+        "configmap,ns",
+        "prod",
+        "-n",
+        "prod",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "Namespace", "{v}");
+    let out = env.run(&["store", "get", "configmap,cm", "x", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "List", "{v}");
+    assert_eq!(v["items"].as_array().unwrap().len(), 2, "{v}");
     // driftless's own records need their group named; the note says so.
     let out = env.run(&["store", "get", "inventory", "demo"]);
     assert_eq!(out.status.code(), Some(1));

@@ -404,17 +404,39 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
             name,
             namespace,
             output,
-        } => match find_one(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await? {
-            None => Ok(1),
-            Some(Found::Object(one)) => {
-                print_object(&Value::from(one), output)?;
-                Ok(0)
+        } => {
+            // Several kinds at once (`cm,svc NAME`), as kubectl takes them: each found object
+            // is printed; exit 1 when any is missing.
+            let (found, missing) =
+                find_each(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await?;
+            let mut objects = Vec::new();
+            for f in found {
+                match f {
+                    Found::Object(one) => objects.push(Value::from(one)),
+                    Found::Unreadable(key, why) => bail!(
+                        "{}: the stored record is unreadable ({why}); `driftless store delete` removes it",
+                        object::printable(&key.to_string())
+                    ),
+                }
             }
-            Some(Found::Unreadable(key, why)) => bail!(
-                "{}: the stored record is unreadable ({why}); `driftless store delete` removes it",
-                object::printable(&key.to_string())
-            ),
-        },
+            match (objects.len(), output) {
+                (0, _) => {}
+                (1, _) => print_object(&objects[0], output)?,
+                (_, ObjectFormat::Json) => print_object(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}),
+                    output,
+                )?,
+                (_, ObjectFormat::Yaml) => {
+                    for (i, o) in objects.iter().enumerate() {
+                        if i > 0 {
+                            println!("---");
+                        }
+                        print_object(o, output)?;
+                    }
+                }
+            }
+            Ok(u8::from(missing))
+        }
         StoreCommand::Put { file, namespace } => {
             let (shown, bytes) = if file.as_os_str() == "-" {
                 let mut buf = Vec::new();
@@ -481,9 +503,10 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
             kind,
             name,
             namespace,
-        } => match find_one(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await? {
-            None => Ok(1),
-            Some(found) => {
+        } => {
+            let (found, missing) =
+                find_each(store.as_ref(), &kind, name.as_deref(), namespace.as_deref()).await?;
+            for found in found {
                 let key = found.key();
                 let precondition = match &found {
                     Found::Object(one) => Precondition::matching(Some(one)),
@@ -497,10 +520,33 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                     .commit(vec![Write::Delete { key, precondition }])
                     .await?;
                 println!("{} deleted", object::printable(&found.key().to_string()));
-                Ok(0)
             }
-        },
+            Ok(u8::from(missing))
+        }
     }
+}
+
+/// [`find_one`] for each kind of a comma-separated `KIND[,KIND...]` (or `KIND/NAME,...`): what
+/// was found, and whether any was not (said on standard error).
+///
+/// # Errors
+///
+/// As [`find_one`].
+pub(super) async fn find_each(
+    store: &dyn Store,
+    kinds: &str,
+    name: Option<&str>,
+    namespace: Option<&str>,
+) -> anyhow::Result<(Vec<Found>, bool)> {
+    let mut found = Vec::new();
+    let mut missing = false;
+    for kind in kinds.split(',').filter(|k| !k.is_empty()) {
+        match find_one(store, kind, name, namespace).await? {
+            Some(f) => found.push(f),
+            None => missing = true,
+        }
+    }
+    Ok((found, missing))
 }
 
 #[cfg(test)]
