@@ -83,35 +83,43 @@ impl Render {
         Self::new(Renderer::for_app(cfg), &cfg.target.namespace.value)
     }
 
-    /// The renderer.
-    pub fn renderer(&self) -> Renderer {
-        self.renderer
-    }
-
     /// Reads the files of `cfg`'s path at `revision` that the renderer wants from the Git
-    /// cache (within `source.limits`), then renders them ([`Render::render`]).
+    /// cache (within `source.limits`), without rendering them: a caller that compares the
+    /// tree id first (an unchanged path needs no rendering) renders them after.
     ///
     /// # Errors
     ///
     /// The read's error: [`source::Error::PathNotFound`] when the path is not a folder at that
     /// revision, or a cache failure.
+    pub async fn files(
+        &self,
+        git: &GitCache,
+        cfg: &AppConfig,
+        revision: &Revision,
+    ) -> Result<Files, source::Error> {
+        git.read_selected(
+            &cfg.source.repo.value,
+            revision,
+            &cfg.source.path.value,
+            cfg.source.limits.limits(),
+            self.renderer.selector(),
+        )
+        .await
+    }
+
+    /// [`Render::files`], then [`Render::render`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Render::files`].
     pub async fn read(
         &mut self,
         git: &GitCache,
         cfg: &AppConfig,
         revision: &Revision,
-    ) -> Result<(String, DesiredSet), source::Error> {
-        let files = git
-            .read_selected(
-                &cfg.source.repo.value,
-                revision,
-                &cfg.source.path.value,
-                cfg.source.limits.limits(),
-                self.renderer.selector(),
-            )
-            .await?;
-        let tree_id = files.tree_id.clone();
-        Ok((tree_id, self.render(files)))
+    ) -> Result<DesiredSet, source::Error> {
+        let files = self.files(git, cfg, revision).await?;
+        Ok(self.render(files))
     }
 
     /// The desired set `files` declare, with every diagnostic (the walker's first). Files

@@ -141,7 +141,7 @@ pub(super) async fn diff_cmd(
     for app in selected_apps(&cfg, app.as_deref())? {
         let name = app.name.value.clone();
         let fetched = resolve_revision(&git, &app, revision.as_deref()).await?;
-        let (_, set) = crate::render::Render::for_app(&app)
+        let set = crate::render::Render::for_app(&app)
             .read(&git, &app, &fetched.revision)
             .await
             .with_context(|| format!("app {name}"))?;

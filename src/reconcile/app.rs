@@ -747,17 +747,7 @@ impl App {
                 }
             }
         }
-        let files = match self
-            .git
-            .read_selected(
-                &repo,
-                &revision,
-                &self.cfg.source.path.value,
-                self.cfg.source.limits.limits(),
-                self.render.renderer().selector(),
-            )
-            .await
-        {
+        let files = match self.render.files(&self.git, &self.cfg, &revision).await {
             Ok(f) => f,
             Err(e @ source::Error::PathNotFound { .. }) => {
                 let message = format!("{e} (source.path in the config)");
@@ -995,8 +985,7 @@ impl App {
                 }
             }
         } else if dry_run && !self.dry_run && new_revision {
-            // A new revision held back (a sync window, or detect-only before its first apply):
-            // not drift; said once per revision.
+            // A new revision a sync window holds back: not drift; said once per revision.
             if self.held_revision.as_ref() != Some(&in_force.revision) {
                 tracing::info!(
                     revision = %in_force.revision.short(),

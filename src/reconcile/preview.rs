@@ -450,7 +450,7 @@ impl Previews {
                 let desired = match self.desired.get(number) {
                     Some((r, d)) if *r == revision => d.clone(),
                     _ => {
-                        let (_, set) = Render::for_app(&self.cfg)
+                        let set = Render::for_app(&self.cfg)
                             .read(&self.git, &self.cfg, &revision)
                             .await
                             .map_err(|e| error_chain(&e))?;
@@ -522,7 +522,7 @@ impl Previews {
             .read(&self.git, &self.cfg, &head.revision)
             .await
         {
-            Ok((_, set)) => set,
+            Ok(set) => set,
             Err(e @ crate::source::Error::PathNotFound { .. }) => {
                 rec.state = State::Error;
                 rec.description = format!("{e} (source.path in the config)");
