@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use crate::object::dns1123_label_error;
+use crate::yaml::unspanned;
 
 /// Errors from loading a config file. Each names the file; parse and validation errors also
 /// name the line and column.
@@ -80,199 +81,8 @@ fn default_cache_dir() -> PathBuf {
     PathBuf::from(".driftless")
 }
 
-/// `store:`: exactly one backend.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct StoreConfig {
-    /// The embedded SQLite store.
-    pub sqlite: Option<SqliteConfig>,
-    /// An etcd cluster (needs a build with the cargo feature `etcd`), shared by agent
-    /// replicas.
-    pub etcd: Option<Spanned<EtcdConfig>>,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            sqlite: Some(SqliteConfig::default()),
-            etcd: None,
-        }
-    }
-}
-
-/// `store.etcd:`: the cluster, the key prefix, credentials and the replicas' lease.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct EtcdConfig {
-    /// Client URLs, `http://host:2379` or `https://host:2379` (with `tls`). At least one.
-    pub endpoints: Vec<Spanned<String>>,
-    /// Key prefix: objects live at `<prefix>/<group>/<kind>/<namespace>/<name>`. Default
-    /// `/driftless`; must start with `/` and not end with one.
-    #[serde(default = "default_etcd_prefix")]
-    pub prefix: Spanned<String>,
-    /// etcd user, with `password`.
-    #[serde(default)]
-    pub username: Option<String>,
-    /// The user's password.
-    #[serde(default)]
-    pub password: Option<Spanned<SecretRef>>,
-    /// TLS to the cluster.
-    #[serde(default)]
-    pub tls: Option<EtcdTlsConfig>,
-    /// How long to wait for a connection. Default `5s`.
-    #[serde(default = "default_dial_timeout", deserialize_with = "duration")]
-    pub dial_timeout: Spanned<Duration>,
-    /// How long a replica's lease lives without a keep-alive: a replica that dies has its apps
-    /// taken over within this time. Default `15s` (Kubernetes' leader-election lease); whole
-    /// seconds, at least `2s`.
-    #[serde(
-        default = "default_lease_ttl",
-        deserialize_with = "duration",
-        rename = "leaseTTL"
-    )]
-    pub lease_ttl: Spanned<Duration>,
-    /// This replica's name, unique among the replicas. Default: the environment variable
-    /// `DRIFTLESS_REPLICA`, else `<hostname>-<pid>`.
-    #[serde(default)]
-    pub replica: Option<Spanned<String>>,
-}
-
-/// `store.etcd.tls:`: PEM files (paths relative to the config file's folder).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct EtcdTlsConfig {
-    /// CA certificates that sign the servers' certificates.
-    #[serde(default)]
-    pub ca: Option<PathBuf>,
-    /// A client certificate, with `key`.
-    #[serde(default)]
-    pub cert: Option<PathBuf>,
-    /// The client certificate's private key.
-    #[serde(default)]
-    pub key: Option<Spanned<SecretRef>>,
-}
-
-fn default_etcd_prefix() -> Spanned<String> {
-    unspanned("/driftless".to_string())
-}
-
-fn default_dial_timeout() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(5))
-}
-
-fn default_lease_ttl() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(15))
-}
-
-/// `store.sqlite:`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SqliteConfig {
-    /// The database file. Default `.driftless/store.db`.
-    #[serde(default = "default_store_path")]
-    pub path: PathBuf,
-}
-
-impl Default for SqliteConfig {
-    fn default() -> Self {
-        Self {
-            path: default_store_path(),
-        }
-    }
-}
-
-fn default_store_path() -> PathBuf {
-    PathBuf::from(".driftless/store.db")
-}
-
-/// One app: a source mapped onto a target with a sync policy.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AppConfig {
-    /// Unique name: an RFC 1123 label (lowercase letters, digits, `-`; at most 63 characters).
-    pub name: Spanned<String>,
-    /// Where the declarations come from.
-    pub source: SourceConfig,
-    /// Where they go.
-    #[serde(default)]
-    pub target: TargetConfig,
-    /// How they are applied.
-    #[serde(default)]
-    pub sync: SyncConfig,
-    /// Where to report commit statuses (none when left out).
-    #[serde(default)]
-    pub status: Option<StatusConfig>,
-    /// Pull-request previews (none when left out).
-    #[serde(default)]
-    pub preview: Option<PreviewConfig>,
-}
-
-pub use crate::preview::PreviewConfig;
-
-/// Where a secret comes from: `{env: NAME}` (an environment variable) or `{file: PATH}` (a
-/// file, relative to the config file's folder; one trailing newline is dropped). Secrets are
-/// read when the agent starts and held in `secrecy` types, never logged.
-///
-/// A secret written inline (`password: hunter2`) is refused with that advice: a config is
-/// checked in and shown, and the secret would go with it.
-#[derive(Clone, Debug)]
-pub struct SecretRef {
-    /// Name of an environment variable.
-    pub env: Option<String>,
-    /// Path of a file.
-    pub file: Option<PathBuf>,
-}
-
-/// The mapping form of [`SecretRef`].
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SecretRefFields {
-    env: Option<String>,
-    file: Option<PathBuf>,
-}
-
-impl<'de> Deserialize<'de> for SecretRef {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        const INLINE: &str = "a secret is not written in the config: give `{env: NAME}` (an environment variable) or `{file: PATH}` (a file)";
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = SecretRef;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("`{env: NAME}` or `{file: PATH}`")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<SecretRef, A::Error> {
-                let f = SecretRefFields::deserialize(
-                    serde::de::value::MapAccessDeserializer::new(map),
-                )?;
-                Ok(SecretRef {
-                    env: f.env,
-                    file: f.file,
-                })
-            }
-            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<SecretRef, E> {
-                Err(E::custom(INLINE))
-            }
-            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<SecretRef, E> {
-                Err(E::custom(INLINE))
-            }
-            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<SecretRef, E> {
-                Err(E::custom(INLINE))
-            }
-            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<SecretRef, E> {
-                Err(E::custom(INLINE))
-            }
-            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<SecretRef, E> {
-                Err(E::custom(INLINE))
-            }
-        }
-        // `any`, not `map`: a scalar must reach `visit_str` to get the advice above.
-        d.deserialize_any(Visitor)
-    }
-}
-
+// `server:` is read here and in the CLI, which hands the server what it needs: the server
+// module drives the apps, so it cannot be imported by the config they are built from.
 /// `server:`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -331,292 +141,39 @@ pub struct WebhookConfig {
     pub secret: Spanned<SecretRef>,
 }
 
-/// Commit-status providers: defined beside the code that talks to them.
-pub use crate::report::Provider;
-
-/// `apps[].status:`: commit statuses on the Git host.
+/// One app: a source mapped onto a target with a sync policy.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct StatusConfig {
-    /// `github`, `gitlab`, `gitea` or `bitbucket`.
-    pub provider: Provider,
-    /// The base the provider's documented paths go after: GitHub `https://api.github.com`
-    /// (Enterprise: `https://HOST/api/v3`); GitLab and Gitea the server root (driftless adds
-    /// `/api/v4` or `/api/v1`); Bitbucket `https://api.bitbucket.org` (driftless adds `/2.0`).
+pub struct AppConfig {
+    /// Unique name: an RFC 1123 label (lowercase letters, digits, `-`; at most 63 characters).
+    pub name: Spanned<String>,
+    /// Where the declarations come from.
+    pub source: SourceConfig,
+    /// Where they go.
     #[serde(default)]
-    pub api_url: Option<Spanned<String>>,
-    /// `owner/name` (Bitbucket: `workspace/repo`; GitLab: the project id or its path).
-    pub repository: Spanned<String>,
-    /// The API token.
-    pub token: Spanned<SecretRef>,
-    /// Bitbucket only: a username to send with the token as an app password (HTTP Basic);
-    /// without it the token is sent as a Bearer access token.
+    pub target: TargetConfig,
+    /// How they are applied.
     #[serde(default)]
-    pub username: Option<String>,
-}
-
-/// `apps[].source:`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SourceConfig {
-    /// A URL (`https://`, `file://`) or a local path (relative to the config file's folder).
-    pub repo: Spanned<String>,
-    /// Branch, tag, full ref or commit id. Default: the remote's HEAD.
-    #[serde(default, rename = "ref")]
-    pub reference: Option<String>,
-    /// Folder inside the repository. Default: the root.
-    #[serde(default = "default_path")]
-    pub path: Spanned<String>,
-    /// How often to poll the repository. Default 1 minute; at least 1 second.
-    #[serde(default = "default_interval", deserialize_with = "duration")]
-    pub interval: Spanned<Duration>,
-    /// How long one fetch may take, as Flux's `GitRepository` `spec.timeout`. Default `60s`;
-    /// at least 1 second. A fetch that takes longer fails (`SourceAvailable=False`) and is
-    /// retried with backoff; the revision in force stays enforced.
-    #[serde(default = "default_fetch_timeout", deserialize_with = "duration")]
-    pub timeout: Spanned<Duration>,
-    /// Credentials and SSH host keys (none: anonymous).
+    pub sync: SyncConfig,
+    /// Where to report commit statuses (none when left out).
     #[serde(default)]
-    pub auth: Option<AuthConfig>,
-    /// Commit signature verification (none: commits are not checked).
+    pub status: Option<StatusConfig>,
+    /// Pull-request previews (none when left out).
     #[serde(default)]
-    pub verify: Option<VerifyConfig>,
-    /// Bounds on reading the app's path from a Git tree (default: 250,000 entries, 256 MiB,
-    /// 64 folders deep).
-    #[serde(default)]
-    pub limits: SourceLimitsConfig,
+    pub preview: Option<PreviewConfig>,
 }
 
-/// `apps[].source.limits:` bounds on reading the app's path from a Git tree
-/// ([`crate::source::Limits`]); each at least 1. A revision past one is refused with an error
-/// naming the bound, and the revision in force stays enforced.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SourceLimitsConfig {
-    /// Files and folders visited under the path (a folder listed several times counts each
-    /// time). Default 250,000.
-    #[serde(default = "default_max_entries")]
-    pub max_entries: Spanned<u64>,
-    /// Bytes of manifest files read, in total. Default 268435456 (256 MiB).
-    #[serde(default = "default_max_bytes")]
-    pub max_bytes: Spanned<u64>,
-    /// Folders below the path, symlinked ones included. Default 64.
-    #[serde(default = "default_max_depth")]
-    pub max_depth: Spanned<u64>,
-}
-
-impl Default for SourceLimitsConfig {
-    fn default() -> Self {
-        SourceLimitsConfig {
-            max_entries: default_max_entries(),
-            max_bytes: default_max_bytes(),
-            max_depth: default_max_depth(),
-        }
-    }
-}
-
-impl SourceLimitsConfig {
-    /// The bounds as the tree reader takes them.
-    pub fn limits(&self) -> crate::source::Limits {
-        crate::source::Limits {
-            max_entries: self.max_entries.value,
-            max_bytes: self.max_bytes.value,
-            max_depth: self.max_depth.value,
-        }
-    }
-}
-
-fn default_max_entries() -> Spanned<u64> {
-    unspanned(crate::source::Limits::default().max_entries)
-}
-
-fn default_max_bytes() -> Spanned<u64> {
-    unspanned(crate::source::Limits::default().max_bytes)
-}
-
-fn default_max_depth() -> Spanned<u64> {
-    unspanned(crate::source::Limits::default().max_depth)
-}
-
-/// `apps[].source.verify:`: apply only commits signed by a trusted key, as Flux's
-/// `GitRepository` `spec.verify` (`mode: HEAD`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct VerifyConfig {
-    /// What is verified: `head` (the commit to apply). Default `head`.
-    #[serde(default)]
-    pub mode: VerifyMode,
-    /// The SSH keys allowed to sign, in `ssh-keygen`'s allowed_signers format.
-    #[serde(default)]
-    pub allowed_signers: Option<Spanned<SecretRef>>,
-    /// Armored OpenPGP public keys (`gpg --armor --export`) allowed to sign.
-    #[serde(default)]
-    pub openpgp_keys: Option<Spanned<SecretRef>>,
-}
-
-/// `apps[].source.verify.mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-pub enum VerifyMode {
-    /// The head commit of the ref (Flux's `HEAD`).
-    #[default]
-    #[serde(rename = "head", alias = "HEAD")]
-    Head,
-}
-
-/// `apps[].source.auth:`: how to reach a private repository, as Flux's `GitRepository`
-/// `secretRef` (`username`/`password`, `identity`/`known_hosts`).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AuthConfig {
-    /// HTTP Basic username. Default `git` (GitHub, GitLab and Gitea take any username with a
-    /// token); for SSH, the user when the URL names none.
-    #[serde(default)]
-    pub username: Option<String>,
-    /// An access token, sent over https as the HTTP Basic password.
-    #[serde(default)]
-    pub token: Option<Spanned<SecretRef>>,
-    /// A password, with `username`.
-    #[serde(default)]
-    pub password: Option<Spanned<SecretRef>>,
-    /// An SSH private key (OpenSSH or PEM format, without a passphrase).
-    #[serde(default)]
-    pub ssh_key: Option<Spanned<SecretRef>>,
-    /// The SSH server's host keys, in known_hosts format (`ssh-keyscan HOST`). Required for
-    /// SSH URLs unless `insecureSkipHostKeyCheck`.
-    #[serde(default)]
-    pub known_hosts: Option<Spanned<SecretRef>>,
-    /// Accept any SSH host key (logged as a warning at every connection). Default false.
-    #[serde(default)]
-    pub insecure_skip_host_key_check: bool,
-}
-
-fn default_fetch_timeout() -> Spanned<Duration> {
-    unspanned(crate::source::DEFAULT_FETCH_TIMEOUT)
-}
-
-fn default_path() -> Spanned<String> {
-    unspanned(String::new())
-}
-
-fn default_interval() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(60))
-}
-
-/// `apps[].target:`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TargetConfig {
-    /// Namespace for namespaced objects that declare none. Default `default`.
-    #[serde(default = "default_namespace")]
-    pub namespace: Spanned<String>,
-}
-
-impl Default for TargetConfig {
-    fn default() -> Self {
-        Self {
-            namespace: default_namespace(),
-        }
-    }
-}
-
-fn default_namespace() -> Spanned<String> {
-    unspanned("default".to_string())
-}
-
-/// `apps[].sync:`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SyncConfig {
-    /// Delete objects this app applied that Git no longer declares. Default true.
-    #[serde(default = "yes")]
-    pub prune: bool,
-    /// Revert changes made in the store to fields Git owns. Default true; false is detect-only.
-    #[serde(default = "yes")]
-    pub self_heal: bool,
-    /// Allow a sync whose desired set is empty to prune everything the app owns. Default false.
-    #[serde(default)]
-    pub allow_empty: bool,
-    /// How long the app may stay Progressing, or not converge, before it is reported as
-    /// failing (`Progressing=False`, `ProgressDeadlineExceeded`). Default `10m`.
-    #[serde(default = "default_progress_deadline", deserialize_with = "duration")]
-    pub progress_deadline: Spanned<Duration>,
-    /// How long the app may be out of sync before the gap is an incident (`Stale=True`,
-    /// `GapExceededThreshold`). None by default.
-    #[serde(default, deserialize_with = "opt_duration")]
-    pub stale_after: Option<Spanned<Duration>>,
-    /// Backoff of failed syncs.
-    #[serde(default)]
-    pub retry: RetryConfig,
-    /// Sync windows: when automatic applies and drift reverts may run.
-    #[serde(default)]
-    pub windows: Vec<WindowConfig>,
-}
-
-impl Default for SyncConfig {
-    fn default() -> Self {
-        Self {
-            prune: true,
-            self_heal: true,
-            allow_empty: false,
-            progress_deadline: default_progress_deadline(),
-            stale_after: None,
-            retry: RetryConfig::default(),
-            windows: Vec::new(),
-        }
-    }
-}
-
-fn default_progress_deadline() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(600))
-}
-
-/// `apps[].sync.retry:`: exponential backoff after a failed sync or fetch.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RetryConfig {
-    /// First delay. Default `5s`.
-    #[serde(default = "default_backoff", deserialize_with = "duration")]
-    pub backoff: Spanned<Duration>,
-    /// Multiplier per failure. Default 2.
-    #[serde(default = "default_factor")]
-    pub factor: u32,
-    /// Longest delay. Default `3m`.
-    #[serde(default = "default_max_backoff", deserialize_with = "duration")]
-    pub max_backoff: Spanned<Duration>,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        Self {
-            backoff: default_backoff(),
-            factor: default_factor(),
-            max_backoff: default_max_backoff(),
-        }
-    }
-}
-
-fn default_backoff() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(5))
-}
-
-fn default_factor() -> u32 {
-    2
-}
-
-fn default_max_backoff() -> Spanned<Duration> {
-    unspanned(Duration::from_secs(180))
-}
-
-pub use crate::window::{WindowConfig, WindowKind};
-
+// Each section's types live beside the code that reads them; this file holds the file-level
+// types (`Config`, `AppConfig`), loading and the checks that span sections.
 pub use crate::health::HealthRuleConfig;
-
-fn yes() -> bool {
-    true
-}
-
+pub use crate::preview::PreviewConfig;
+pub use crate::report::{Provider, StatusConfig};
+pub use crate::secret::SecretRef;
+pub use crate::source::{AuthConfig, SourceConfig, SourceLimitsConfig, VerifyConfig, VerifyMode};
+pub use crate::store::{EtcdConfig, EtcdTlsConfig, SqliteConfig, StoreConfig};
+pub use crate::sync::{RetryConfig, SyncConfig, TargetConfig};
+pub use crate::window::{WindowConfig, WindowKind};
 pub use crate::yaml::MAX_DURATION;
-use crate::yaml::{duration, opt_duration, unspanned};
 
 fn validate_etcd(
     e: &EtcdConfig,

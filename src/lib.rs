@@ -20,6 +20,7 @@ pub mod preview;
 pub mod reconcile;
 pub mod render;
 pub mod report;
+pub mod secret;
 pub mod server;
 pub mod source;
 pub mod status;

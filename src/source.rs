@@ -10,6 +10,9 @@
 //! the link's folder, stays inside the repository; any other link is an error diagnostic for the
 //! link's path, and its target is never read.
 
+mod config;
+pub use config::{AuthConfig, SourceConfig, SourceLimitsConfig, VerifyConfig, VerifyMode};
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -23,6 +23,9 @@
 //! second commit fails its compare, plans again, and finds the object owned. (A claim must not
 //! hang on writing the object: an object that is already as declared is not written.)
 
+mod config;
+pub use config::{RetryConfig, SyncConfig, TargetConfig};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};

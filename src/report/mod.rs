@@ -27,10 +27,13 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 
 mod bitbucket;
+mod config;
 mod gitea;
 mod github;
 mod gitlab;
 mod host;
+
+pub use config::StatusConfig;
 
 use host::{Host, LatestQuery, Repo};
 

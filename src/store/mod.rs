@@ -12,6 +12,9 @@
 //! shared by several agent replicas) and [`memory`] (tests).
 
 #[cfg(feature = "etcd")]
+mod config;
+pub use config::{EtcdConfig, EtcdTlsConfig, SqliteConfig, StoreConfig};
+
 pub mod etcd;
 pub mod memory;
 pub mod sqlite;

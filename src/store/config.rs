@@ -1,0 +1,116 @@
+//! `store:` in the config file: which backend, and how to reach it. Read by `driftless run`
+//! and the CLI when they open the store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::secret::SecretRef;
+use crate::yaml::{duration, unspanned};
+
+/// `store:`: exactly one backend.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoreConfig {
+    /// The embedded SQLite store.
+    pub sqlite: Option<SqliteConfig>,
+    /// An etcd cluster (needs a build with the cargo feature `etcd`), shared by agent
+    /// replicas.
+    pub etcd: Option<Spanned<EtcdConfig>>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            sqlite: Some(SqliteConfig::default()),
+            etcd: None,
+        }
+    }
+}
+
+/// `store.etcd:`: the cluster, the key prefix, credentials and the replicas' lease.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdConfig {
+    /// Client URLs, `http://host:2379` or `https://host:2379` (with `tls`). At least one.
+    pub endpoints: Vec<Spanned<String>>,
+    /// Key prefix: objects live at `<prefix>/<group>/<kind>/<namespace>/<name>`. Default
+    /// `/driftless`; must start with `/` and not end with one.
+    #[serde(default = "default_etcd_prefix")]
+    pub prefix: Spanned<String>,
+    /// etcd user, with `password`.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// The user's password.
+    #[serde(default)]
+    pub password: Option<Spanned<SecretRef>>,
+    /// TLS to the cluster.
+    #[serde(default)]
+    pub tls: Option<EtcdTlsConfig>,
+    /// How long to wait for a connection. Default `5s`.
+    #[serde(default = "default_dial_timeout", deserialize_with = "duration")]
+    pub dial_timeout: Spanned<Duration>,
+    /// How long a replica's lease lives without a keep-alive: a replica that dies has its apps
+    /// taken over within this time. Default `15s` (Kubernetes' leader-election lease); whole
+    /// seconds, at least `2s`.
+    #[serde(
+        default = "default_lease_ttl",
+        deserialize_with = "duration",
+        rename = "leaseTTL"
+    )]
+    pub lease_ttl: Spanned<Duration>,
+    /// This replica's name, unique among the replicas. Default: the environment variable
+    /// `DRIFTLESS_REPLICA`, else `<hostname>-<pid>`.
+    #[serde(default)]
+    pub replica: Option<Spanned<String>>,
+}
+
+/// `store.etcd.tls:`: PEM files (paths relative to the config file's folder).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EtcdTlsConfig {
+    /// CA certificates that sign the servers' certificates.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// A client certificate, with `key`.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[serde(default)]
+    pub key: Option<Spanned<SecretRef>>,
+}
+
+fn default_etcd_prefix() -> Spanned<String> {
+    unspanned("/driftless".to_string())
+}
+
+fn default_dial_timeout() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(5))
+}
+
+fn default_lease_ttl() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(15))
+}
+
+/// `store.sqlite:`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SqliteConfig {
+    /// The database file. Default `.driftless/store.db`.
+    #[serde(default = "default_store_path")]
+    pub path: PathBuf,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        Self {
+            path: default_store_path(),
+        }
+    }
+}
+
+fn default_store_path() -> PathBuf {
+    PathBuf::from(".driftless/store.db")
+}
