@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use super::conditions::{self, Problem};
+use super::revision;
 use super::{Action, Backoff, Error, Failure, Fights, Report, Requeue, Trigger, error_chain};
 use crate::config::AppConfig;
 use crate::diff::{Action as Step, PlanOptions};
@@ -22,6 +23,15 @@ use crate::status::{
 use crate::store::{self, Store};
 use crate::sync::{self, Inventory};
 use crate::window::{self, Window};
+
+/// Why the fetch stage ended early. Its problem (`SourceAvailable=False`) is already recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FetchFailed {
+    /// The agent is stopping: the fetch was abandoned; nothing is written.
+    Stopping,
+    /// The source could not be fetched or read: the error policy backs the fetch off.
+    Source,
+}
 
 /// The desired set in force.
 #[derive(Clone, Debug)]
@@ -486,11 +496,14 @@ impl App {
             self.window_state = Some(window::state(&self.windows, chrono::Utc::now()));
         }
         let mut fetch_failed = false;
-        if fetch && self.fetch_and_parse(&mut report).await.is_err() {
-            if self.stopping() {
-                return (Ok(()), report);
+        if fetch {
+            match self.fetch_and_parse(&mut report).await {
+                Ok(()) => {}
+                // A fetch that failed as the agent stops writes nothing either.
+                Err(FetchFailed::Stopping) => return (Ok(()), report),
+                Err(FetchFailed::Source) if self.stopping() => return (Ok(()), report),
+                Err(FetchFailed::Source) => fetch_failed = true,
             }
-            fetch_failed = true;
         }
         let mut store_failed = false;
         if self.in_force.is_some() && self.enforce(scope.as_ref(), &mut report).await.is_err() {
@@ -502,11 +515,12 @@ impl App {
         if std::mem::take(&mut self.superseded) {
             self.adopt_inventory().await;
             store_failed = false;
-            if self.fetch_and_parse(&mut report).await.is_err() {
-                if self.stopping() {
-                    return (Ok(()), report);
-                }
-                fetch_failed = true;
+            match self.fetch_and_parse(&mut report).await {
+                Ok(()) => {}
+                // A fetch that failed as the agent stops writes nothing either.
+                Err(FetchFailed::Stopping) => return (Ok(()), report),
+                Err(FetchFailed::Source) if self.stopping() => return (Ok(()), report),
+                Err(FetchFailed::Source) => fetch_failed = true,
             }
             if self.in_force.is_some() && self.enforce(None, &mut report).await.is_err() {
                 store_failed = true;
@@ -615,7 +629,7 @@ impl App {
     /// Fetches the source and, when the newest revision is new and valid, makes it the one in
     /// force. `Err` when the source failed (a parse error is not a failure to retry: the same
     /// commit will not parse better).
-    async fn fetch_and_parse(&mut self, report: &mut Report) -> Result<(), ()> {
+    async fn fetch_and_parse(&mut self, report: &mut Report) -> Result<(), FetchFailed> {
         let repo = self.cfg.source.repo.value.clone();
         let fetch_started = std::time::Instant::now();
         let fetch = self.git.fetch_within(
@@ -629,7 +643,7 @@ impl App {
                 // A dropped sender never stops the app.
                 Ok(_) = stop.wait_for(|s| *s) => {
                     tracing::info!("Stopping: fetch abandoned");
-                    return Err(());
+                    return Err(FetchFailed::Stopping);
                 }
             },
             None => fetch.await,
@@ -644,15 +658,6 @@ impl App {
         let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
-                let reason = match &e {
-                    source::Error::RefNotFound { .. } => Reason::RefNotFound,
-                    source::Error::TimedOut { .. } => Reason::Timeout,
-                    source::Error::AuthenticationFailed { .. } => Reason::AuthenticationFailed,
-                    source::Error::HostKeyMismatch { .. } => Reason::HostKeyMismatch,
-                    source::Error::Unreachable { .. }
-                    | source::Error::RepositoryNotFound { .. } => Reason::Unreachable,
-                    _ => Reason::FetchFailed,
-                };
                 let message = error_chain(&e);
                 // Once per failure: retries failing the same way are debug lines (the
                 // condition and the backoff say it goes on).
@@ -662,65 +667,54 @@ impl App {
                 } else {
                     tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
                 }
-                self.problem = Some(Problem::Source { reason, message });
-                return Err(());
+                self.problem = Some(revision::fetch_problem(&e, message));
+                return Err(FetchFailed::Source);
             }
         };
+        if fetched.rewritten
+            && let Some(old) = &fetched.previous
+        {
+            tracing::warn!(git_ref = %fetched.resolved_ref, old = %old.0, new = %fetched.revision.0, "History rewritten (force push): following the new tip");
+        }
         // What a fetch that moved the ref said stays until the ref moves again.
         let keep = fetched.previous.is_none()
             && self
                 .source_message
                 .as_deref()
                 .is_some_and(|m| m.contains(fetched.revision.short()));
-        let message = match (&fetched.previous, fetched.rewritten) {
-            (Some(old), true) => {
-                tracing::warn!(git_ref = %fetched.resolved_ref, old = %old.0, new = %fetched.revision.0, "History rewritten (force push): following the new tip");
-                format!(
-                    "fetched {} at {}: history rewritten, it was {} (force push)",
-                    fetched.resolved_ref, fetched.revision.0, old.0
-                )
-            }
-            (Some(old), false) => format!(
-                "fetched {} at {} (previously {})",
-                fetched.resolved_ref,
-                fetched.revision.short(),
-                old.short()
-            ),
-            (None, _) => format!(
-                "fetched {} at {}",
-                fetched.resolved_ref,
-                fetched.revision.short()
-            ),
-        };
         if !keep {
-            self.source_message = Some(message);
+            self.source_message = Some(revision::fetch_message(
+                &fetched.resolved_ref,
+                &fetched.revision,
+                fetched.previous.as_ref(),
+                fetched.rewritten,
+            ));
         }
         let revision = fetched.revision.clone();
         let identity = self.source_identity();
-        let unchanged = self
-            .in_force
-            .as_ref()
-            .is_some_and(|f| f.revision == revision && f.source == identity);
-        let known_bad = self.last_attempted.as_ref() == Some(&revision)
-            && matches!(
-                self.problem,
-                Some(Problem::Invalid { .. } | Problem::Blocked { .. })
-            );
+        let verdict = revision::classify(
+            self.in_force
+                .as_ref()
+                .map(|f| (&f.revision, f.source.as_str())),
+            self.last_attempted.as_ref(),
+            self.problem.as_ref(),
+            &revision,
+            &identity,
+        );
         if matches!(self.problem, Some(Problem::Source { .. })) {
             self.problem = None;
         }
-        if unchanged {
-            // Git points at the revision in force again (a bad commit reverted by a force
-            // push, say): whatever was wrong with the newer one no longer matters.
-            if self.problem.is_some() {
-                self.problem = None;
-                self.diagnostics.clear();
+        match verdict {
+            revision::Verdict::InForce => {
+                if self.problem.is_some() {
+                    self.problem = None;
+                    self.diagnostics.clear();
+                }
+                self.last_attempted = Some(revision);
+                return Ok(());
             }
-            self.last_attempted = Some(revision);
-            return Ok(());
-        }
-        if known_bad {
-            return Ok(());
+            revision::Verdict::Refused => return Ok(()),
+            revision::Verdict::New => {}
         }
         self.last_attempted = Some(revision.clone());
         if let Some(signers) = self.signers.clone() {
@@ -743,7 +737,7 @@ impl App {
                         reason: Reason::FetchFailed,
                         message: error_chain(&e),
                     });
-                    return Err(());
+                    return Err(FetchFailed::Source);
                 }
             }
         }
@@ -769,7 +763,7 @@ impl App {
                     reason: Reason::FetchFailed,
                     message,
                 });
-                return Err(());
+                return Err(FetchFailed::Source);
             }
         };
         // The same tree read the same way as in force: same objects, only the revision moves.
@@ -797,45 +791,32 @@ impl App {
         let tree_id = files.tree_id.clone();
         let set = self.render.render(files);
         self.diagnostics = set.diagnostics.clone();
-        if let Some(first) = set.first_error() {
-            let message = format!(
-                "invalid manifest {}:{}:{}: {}",
-                first.path, first.line, first.column, first.message
-            );
-            tracing::warn!(revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced");
-            self.problem = Some(Problem::Invalid {
-                reason: Reason::InvalidManifest,
-                message,
-            });
-            return Ok(());
-        }
-        // A revision that declares nothing would prune everything the app owns: unless allowed,
-        // it is not applied, and the revision in force stays enforced.
         let owns_objects = self
             .inventory
             .as_ref()
             .is_some_and(|i| !i.entries.is_empty());
-        if set.objects.is_empty()
-            && owns_objects
-            && self.cfg.sync.prune
-            && !self.cfg.sync.allow_empty
-        {
-            let message = format!(
-                "revision {} declares no objects under `{}`; refusing to prune every object of the app (set sync.allowEmpty: true to allow)",
-                revision.short(),
-                self.cfg.source.path.value
-            );
-            tracing::warn!(revision = %revision.short(), "Empty revision not applied; the revision in force stays enforced");
-            self.problem = Some(Problem::Blocked { message });
-            return Ok(());
-        }
+        let desired = match revision::admit(
+            set,
+            &revision,
+            owns_objects,
+            &self.cfg.sync,
+            &self.cfg.source.path.value,
+        ) {
+            Ok(desired) => Arc::new(desired),
+            Err(problem) => {
+                match &problem {
+                    Problem::Blocked { .. } => {
+                        tracing::warn!(revision = %revision.short(), "Empty revision not applied; the revision in force stays enforced")
+                    }
+                    Problem::Invalid { message, .. } | Problem::Source { message, .. } => {
+                        tracing::warn!(revision = %revision.short(), error = %message, "Revision not applied; the revision in force stays enforced")
+                    }
+                }
+                self.problem = Some(problem);
+                return Ok(());
+            }
+        };
         self.problem = None;
-        let desired: Arc<BTreeMap<ObjectKey, Object>> = Arc::new(
-            set.objects
-                .into_iter()
-                .map(|(k, d)| (k, d.object))
-                .collect(),
-        );
         tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         self.in_force = Some(InForce {
             revision,

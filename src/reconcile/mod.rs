@@ -26,6 +26,7 @@ mod app;
 mod backoff;
 mod conditions;
 mod preview;
+mod revision;
 
 pub use agent::{Agent, Gate, Handle, Latest, Readiness};
 pub use app::App;
