@@ -170,7 +170,7 @@ pub use crate::preview::PreviewConfig;
 pub use crate::report::{Provider, StatusConfig};
 pub use crate::secret::SecretRef;
 pub use crate::source::{AuthConfig, SourceConfig, SourceLimitsConfig, VerifyConfig, VerifyMode};
-pub use crate::store::{EtcdConfig, EtcdTlsConfig, SqliteConfig, StoreConfig};
+pub use crate::store::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 pub use crate::sync::{RetryConfig, SyncConfig, TargetConfig};
 pub use crate::window::{WindowConfig, WindowKind};
 pub use crate::yaml::MAX_DURATION;
@@ -435,6 +435,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
             *f = resolve(f);
         }
     };
+    if let Some(k) = &mut config.store.kubernetes
+        && let Some(p) = &mut k.value.kubeconfig
+    {
+        *p = resolve(p);
+    }
     if let Some(e) = &mut config.store.etcd {
         if let Some(p) = &mut e.value.password {
             resolve_secret(p);
@@ -506,26 +511,57 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         field,
         message,
     };
-    match (&config.store.sqlite, &config.store.etcd) {
-        (None, None) => {
-            return Err(Error::Invalid {
-                path: path.to_path_buf(),
-                line: 1,
-                column: 1,
-                field: "store".into(),
-                message: "choose a store: `sqlite: {path: ...}` or `etcd: {endpoints: [...]}`"
-                    .into(),
-            });
-        }
-        (Some(_), Some(e)) => {
+    let chosen = [
+        config.store.sqlite.is_some(),
+        config.store.etcd.is_some(),
+        config.store.kubernetes.is_some(),
+    ];
+    if chosen.iter().all(|c| !c) {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            field: "store".into(),
+            message: "choose a store: `sqlite: {path: ...}`, `etcd: {endpoints: [...]}` or `kubernetes: {}`"
+                .into(),
+        });
+    }
+    if chosen.iter().filter(|c| **c).count() > 1 {
+        let at = config
+            .store
+            .kubernetes
+            .as_ref()
+            .map(|k| &k.referenced)
+            .or(config.store.etcd.as_ref().map(|e| &e.referenced));
+        // Two chosen: etcd or kubernetes is one of them.
+        if let Some(at) = at {
             return Err(invalid(
-                &e.referenced,
+                at,
                 "store".into(),
-                "choose one store: `sqlite` or `etcd`, not both".into(),
+                "choose one store: `sqlite`, `etcd` or `kubernetes`, not several".into(),
             ));
         }
-        (None, Some(e)) => validate_etcd(&e.value, &e.referenced, &invalid)?,
-        (Some(_), None) => {}
+    }
+    if let Some(e) = &config.store.etcd {
+        validate_etcd(&e.value, &e.referenced, &invalid)?;
+    }
+    if let Some(k) = &config.store.kubernetes {
+        let manager = &k.value.field_manager;
+        if manager.value.is_empty() || manager.value.len() > 128 {
+            return Err(invalid(
+                &manager.referenced,
+                "store.kubernetes.fieldManager".into(),
+                "give 1 to 128 characters (the API server's limit)".into(),
+            ));
+        }
+        let ns = &k.value.namespace;
+        if let Some(why) = crate::object::dns1123_label_error(&ns.value) {
+            return Err(invalid(
+                &ns.referenced,
+                "store.kubernetes.namespace".into(),
+                format!("not a namespace name: {why}"),
+            ));
+        }
     }
     let mut seen: Vec<&Spanned<String>> = Vec::new();
     for (i, app) in config.apps.iter().enumerate() {

@@ -567,13 +567,31 @@ async fn attempt_sync(
                 } else {
                     step.target.take()
                 };
+                let declared = desired[&step.key];
                 if let Some(target) = target {
+                    // Server-side apply merges the declaration itself: it gets only what Git
+                    // declares, with the owning app's label.
+                    let object = if store.applies_declared_fields() {
+                        let mut object = declared.clone();
+                        let meta = object.metadata_mut();
+                        let labels = meta
+                            .entry("labels")
+                            .or_insert_with(|| serde_json::Value::Object(Map::new()));
+                        if let Some(labels) = labels.as_object_mut() {
+                            labels.insert(
+                                store::APP_LABEL.into(),
+                                serde_json::Value::String(req.app.to_string()),
+                            );
+                        }
+                        object
+                    } else {
+                        target
+                    };
                     writes.push(Write::Put {
-                        object: target,
+                        object,
                         precondition: Precondition::matching(step.live.as_ref()),
                     });
                 }
-                let declared = desired[&step.key];
                 if inventory.entries.get(&step.key) != Some(declared) {
                     updates.push((step.key.clone(), Some(declared.clone())));
                 }

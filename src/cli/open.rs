@@ -15,6 +15,9 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     if cfg.config.store.etcd.is_some() {
         return open_etcd_store(cfg).await;
     }
+    if cfg.config.store.kubernetes.is_some() {
+        return open_kubernetes_store(cfg).await;
+    }
     let path = cfg
         .sqlite_path()
         .context("no store configured")?
@@ -27,6 +30,73 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     }
     let store = SqliteStore::open(&path, Default::default())
         .with_context(|| format!("cannot open the store at {}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "kubernetes"))]
+async fn open_kubernetes_store(_cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    bail!(
+        "store.kubernetes: this driftless was built without Kubernetes support; build it with `cargo build --release --features kubernetes`"
+    )
+}
+
+/// Connects to the API server of `store.kubernetes` (see [`config::KubernetesConfig`] for
+/// where the kubeconfig comes from) and makes sure the records' namespace exists.
+#[cfg(feature = "kubernetes")]
+async fn open_kubernetes_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    use crate::store::kubernetes::{KubeStore, Options};
+    let k = &cfg
+        .config
+        .store
+        .kubernetes
+        .as_ref()
+        .context("no Kubernetes store configured")?
+        .value;
+    let options = kube::config::KubeConfigOptions {
+        context: k.context.clone(),
+        ..Default::default()
+    };
+    let credentials = || {
+        format!(
+            "{}: store.kubernetes: cannot load the cluster's credentials",
+            cfg.path.display()
+        )
+    };
+    let config = match (&k.kubeconfig, &k.context) {
+        (Some(path), _) => {
+            let file = kube::config::Kubeconfig::read_from(path).with_context(|| {
+                format!(
+                    "{}: store.kubernetes.kubeconfig: cannot read {}",
+                    cfg.path.display(),
+                    path.display()
+                )
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(credentials)?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .with_context(credentials)?,
+        // $KUBECONFIG, ~/.kube/config, then the in-cluster service account, as kubectl.
+        (None, None) => kube::Config::infer().await.with_context(credentials)?,
+    };
+    let client = kube::Client::try_from(config).with_context(|| {
+        format!(
+            "{}: store.kubernetes: cannot build a client",
+            cfg.path.display()
+        )
+    })?;
+    let store = KubeStore::open(
+        client,
+        Options {
+            field_manager: k.field_manager.value.clone(),
+            namespace: k.namespace.value.clone(),
+            force: k.force,
+        },
+    )
+    .await
+    .context("cannot open the Kubernetes store")?;
     Ok(Arc::new(store))
 }
 

@@ -38,7 +38,9 @@ pub(super) async fn wait_cmd(
     let mut last = String::from("no status recorded yet");
     loop {
         if store.is_none()
-            && (cfg.config.store.etcd.is_some() || cfg.sqlite_path().is_some_and(Path::exists))
+            && (cfg.config.store.etcd.is_some()
+                || cfg.config.store.kubernetes.is_some()
+                || cfg.sqlite_path().is_some_and(Path::exists))
         {
             store = Some(open_store(&cfg).await?);
         }

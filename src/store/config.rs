@@ -19,6 +19,8 @@ pub struct StoreConfig {
     /// An etcd cluster (needs a build with the cargo feature `etcd`), shared by agent
     /// replicas.
     pub etcd: Option<Spanned<EtcdConfig>>,
+    /// A Kubernetes API server (needs a build with the cargo feature `kubernetes`).
+    pub kubernetes: Option<Spanned<KubernetesConfig>>,
 }
 
 impl Default for StoreConfig {
@@ -26,6 +28,7 @@ impl Default for StoreConfig {
         Self {
             sqlite: Some(SqliteConfig::default()),
             etcd: None,
+            kubernetes: None,
         }
     }
 }
@@ -113,4 +116,44 @@ impl Default for SqliteConfig {
 
 fn default_store_path() -> PathBuf {
     PathBuf::from(".driftless/store.db")
+}
+
+/// `store.kubernetes:`: which cluster, and how driftless applies to it.
+///
+/// The cluster: `kubeconfig` when given (relative to the config file's folder), else what
+/// `kubectl` would use: `$KUBECONFIG`, then `~/.kube/config`, then the in-cluster service
+/// account (kube-rs's `Config::infer`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesConfig {
+    /// A kubeconfig file. Default: as `kubectl` finds one (see above).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context. Default: its current context.
+    #[serde(default)]
+    pub context: Option<String>,
+    /// Field manager of driftless's applies (at most 128 characters). Default `driftless`.
+    #[serde(default = "default_field_manager")]
+    pub field_manager: Spanned<String>,
+    /// Namespace of driftless's own records (inventories, app status), created when missing.
+    /// Default `driftless-system`.
+    #[serde(default = "default_records_namespace")]
+    pub namespace: Spanned<String>,
+    /// Apply with force: take back for Git the fields another manager changed (`kubectl edit`),
+    /// as Flux and Argo CD do. Default true; false leaves such an object out of sync with a
+    /// conflict.
+    #[serde(default = "yes")]
+    pub force: bool,
+}
+
+fn default_field_manager() -> Spanned<String> {
+    unspanned("driftless".to_string())
+}
+
+fn default_records_namespace() -> Spanned<String> {
+    unspanned("driftless-system".to_string())
+}
+
+fn yes() -> bool {
+    true
 }

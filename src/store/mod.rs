@@ -13,9 +13,11 @@
 
 #[cfg(feature = "etcd")]
 mod config;
-pub use config::{EtcdConfig, EtcdTlsConfig, SqliteConfig, StoreConfig};
+pub use config::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 
 pub mod etcd;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod memory;
 pub mod sqlite;
 
@@ -27,6 +29,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::object::{Object, ObjectKey};
+
+/// The label naming the app that owns an object, added by the sync on stores that apply
+/// declared fields ([`Store::applies_declared_fields`]: Kubernetes), whose change feed selects
+/// by it.
+pub const APP_LABEL: &str = "driftless.io/app";
 
 /// Errors from a store.
 #[derive(Debug, thiserror::Error)]
@@ -371,6 +378,16 @@ pub trait Store: Send + Sync + 'static {
     fn commits_atomically(&self, writes: &[Write]) -> bool {
         let _ = writes;
         true
+    }
+
+    /// True when a `Put` of an object (not a record) should carry only the fields Git
+    /// declares, which the backend merges into the live object itself: Kubernetes server-side
+    /// apply, where sending the live object's other fields would make driftless their manager
+    /// (fields an HPA or a webhook set would then be Git's). False (SQLite, etcd, memory): a
+    /// `Put` stores the whole object given, so the sync sends the three-way merge of the
+    /// declaration onto the live object.
+    fn applies_declared_fields(&self) -> bool {
+        false
     }
 }
 

@@ -1,0 +1,841 @@
+//! A Kubernetes API server as the target (cargo feature `kubernetes`), through kube-rs over
+//! rustls.
+//!
+//! What it promises differs from SQLite and etcd ([`Promises::kubernetes`]):
+//!
+//! - **Writes are server-side apply, one object at a time** (field manager `fieldManager`,
+//!   default `driftless`): a `Put` sends the fields Git declares and nothing else (the sync
+//!   hands it the declaration, not a merge with the live object, see
+//!   [`Promises::applies_declared_fields`]). Its precondition becomes the apply's
+//!   `metadata.resourceVersion` (the API server refuses the apply with 409 when the object
+//!   changed); `Absent` applies without force, so an object that appeared meanwhile with
+//!   fields another manager owns is refused. There is no cross-object transaction: a commit of
+//!   several writes applies them in order and stops at the first refusal
+//!   ([`Store::commits_atomically`] is false for more than one write).
+//! - **Deletes** send the resourceVersion as a delete precondition, with background
+//!   propagation (as `kubectl delete` and Flux).
+//! - **Identity → endpoint by discovery:** (group, kind) → resource, scope and preferred
+//!   version, cached, and looked up again when a kind is unknown (a CRD applied since).
+//! - **Reads are per object**, not at one revision: [`Store::get_many`] reads each object on
+//!   its own. A listing reflects the list's resourceVersion.
+//! - **resourceVersion:** the API server calls it opaque; the ones kube-apiserver gives from
+//!   etcd are etcd's revisions, decimal, and this backend relies on that to compare and order
+//!   them (a server that gives anything else is refused with a clear error).
+//! - **The change feed** is one watch per resource kind this store has read or written
+//!   (selected by the label `driftless.io/app`, which the sync adds on apply) and one on its
+//!   own records, merged in arrival order; each resumes from its last resourceVersion and asks
+//!   for a relist after `410 Gone`.
+//! - **Its own records** (inventories, app status, the ownership index, preview records) are
+//!   ConfigMaps in `namespace` (default `driftless-system`, created when missing), named
+//!   `<kind>.<name>` in lower case, the record's JSON under the key `object`, labelled
+//!   `driftless.io/record`. A ConfigMap holds at most 1 MiB: an inventory larger than that is
+//!   refused with an error (sharding is not done yet).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures_util::StreamExt as _;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy, WatchEvent, WatchParams,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{ApiCapabilities, Scope};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{
+    APP_LABEL, Committed, Error, Event, Listing, Precondition, Result, Selector, Store, Watch,
+    WatchItem, Write,
+};
+use crate::object::{Object, ObjectKey, RESERVED_GROUP};
+
+/// The label on the ConfigMaps that hold driftless's own records; its value is the record's
+/// kind in lower case.
+pub const RECORD_LABEL: &str = "driftless.io/record";
+
+/// The data key of a record ConfigMap that holds the record's JSON.
+const RECORD_DATA_KEY: &str = "object";
+
+/// The largest record a ConfigMap takes: the API server refuses ConfigMaps over 1 MiB
+/// (`k8s.io/kubernetes/pkg/apis/core/validation`, `MaxConfigMapSize`... the total of its data).
+const MAX_RECORD_BYTES: usize = 1024 * 1024 - 1024;
+
+/// How the store talks to the API server: `store.kubernetes` of the config.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Field manager of every apply (at most 128 characters). Default `driftless`.
+    pub field_manager: String,
+    /// Namespace of driftless's own records. Default `driftless-system`.
+    pub namespace: String,
+    /// Apply with `force`: take fields another manager holds (a `kubectl edit`) back for Git,
+    /// as Flux and Argo CD do. Default true; false reports such a field as a conflict.
+    pub force: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            field_manager: "driftless".into(),
+            namespace: "driftless-system".into(),
+            force: true,
+        }
+    }
+}
+
+/// A resource found by discovery.
+#[derive(Clone, Debug)]
+struct Resource {
+    api: ApiResource,
+    namespaced: bool,
+}
+
+/// The Kubernetes store. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct KubeStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    options: Options,
+    /// (group, kind) → resource; refreshed when a kind is not found.
+    discovered: Mutex<HashMap<(String, String), Resource>>,
+    /// Kinds read or written through this store, which the change feed watches; a watch
+    /// started before a kind was added learns of it through this channel.
+    kinds: tokio::sync::watch::Sender<BTreeSet<(String, String)>>,
+}
+
+fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Backend {
+        op,
+        source: Box::new(e),
+    }
+}
+
+fn message(op: &'static str, text: String) -> Error {
+    Error::Backend {
+        op,
+        source: text.into(),
+    }
+}
+
+/// The status code of an API error, when the server answered with one.
+fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+fn parse_rv(rv: Option<&str>) -> Result<Option<u64>> {
+    match rv {
+        None | Some("") => Ok(None),
+        Some(s) => s.parse().map(Some).map_err(|_| {
+            message(
+                "read",
+                format!("resourceVersion {s:?} is not a decimal etcd revision: this API server is not supported"),
+            )
+        }),
+    }
+}
+
+impl KubeStore {
+    /// Connects with `client` and makes sure the records' namespace exists (creating it when
+    /// missing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the API server cannot be reached or refuses (RBAC), naming the
+    /// operation.
+    pub async fn open(client: kube::Client, options: Options) -> Result<Self> {
+        let store = KubeStore {
+            inner: Arc::new(Inner {
+                client,
+                options,
+                discovered: Mutex::new(HashMap::new()),
+                kinds: tokio::sync::watch::Sender::new(BTreeSet::new()),
+            }),
+        };
+        let namespaces: Api<DynamicObject> = Api::all_with(
+            store.inner.client.clone(),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace")),
+        );
+        let ns = &store.inner.options.namespace;
+        if namespaces
+            .get_opt(ns)
+            .await
+            .map_err(|e| backend("open", e))?
+            .is_none()
+        {
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            namespaces
+                .patch(
+                    ns,
+                    &PatchParams::apply(&store.inner.options.field_manager),
+                    &Patch::Apply(&body),
+                )
+                .await
+                .map_err(|e| backend("open", e))?;
+        }
+        Ok(store)
+    }
+
+    /// The kube-rs client.
+    pub fn client(&self) -> &kube::Client {
+        &self.inner.client
+    }
+
+    /// The resource of (group, kind): from the cache, else from discovery of its group.
+    async fn resource(&self, group: &str, kind: &str) -> Result<Resource> {
+        let k = (group.to_string(), kind.to_string());
+        if let Some(r) = self.inner.discovered.lock().unwrap().get(&k) {
+            return Ok(r.clone());
+        }
+        let found = kube::discovery::oneshot::group(&self.inner.client, group)
+            .await
+            .map_err(|e| backend("discovery", e))?;
+        let mut cache = self.inner.discovered.lock().unwrap();
+        for (api, caps) in found.recommended_resources() {
+            let ApiCapabilities { scope, .. } = caps;
+            cache.insert(
+                (api.group.clone(), api.kind.clone()),
+                Resource {
+                    api,
+                    namespaced: scope == Scope::Namespaced,
+                },
+            );
+        }
+        cache.get(&k).cloned().ok_or_else(|| {
+            message(
+                "discovery",
+                format!(
+                    "the API server serves no kind {kind} in group {:?}",
+                    if group.is_empty() { "core" } else { group }
+                ),
+            )
+        })
+    }
+
+    /// Notes that the change feed should watch (group, kind).
+    fn watch_kind(&self, group: &str, kind: &str) {
+        let k = (group.to_string(), kind.to_string());
+        self.inner.kinds.send_if_modified(|kinds| kinds.insert(k));
+    }
+
+    async fn api_for(&self, key: &ObjectKey) -> Result<(Api<DynamicObject>, Resource)> {
+        let r = self.resource(&key.group, &key.kind).await?;
+        let api = if r.namespaced {
+            Api::namespaced_with(self.inner.client.clone(), &key.namespace, &r.api)
+        } else {
+            Api::all_with(self.inner.client.clone(), &r.api)
+        };
+        Ok((api, r))
+    }
+
+    fn records(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.inner.client.clone(),
+            &self.inner.options.namespace,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+        )
+    }
+
+    /// Reads one record (a reserved-group key).
+    async fn get_record(&self, key: &ObjectKey) -> Result<Option<Object>> {
+        let cm = self
+            .records()
+            .get_opt(&record_name(key))
+            .await
+            .map_err(|e| backend("get", e))?;
+        cm.map(|cm| record_from(key, &cm)).transpose()
+    }
+
+    async fn get_object(&self, key: &ObjectKey) -> Result<Option<Object>> {
+        if key.is_reserved() {
+            return self.get_record(key).await;
+        }
+        self.watch_kind(&key.group, &key.kind);
+        let (api, _) = self.api_for(key).await?;
+        let found = api
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| backend("get", e))?;
+        found.map(|o| to_object(key, o)).transpose()
+    }
+
+    async fn put(&self, object: Object, precondition: Precondition) -> Result<Object> {
+        let key = object.key();
+        if key.is_reserved() {
+            return self.put_record(&key, object, precondition).await;
+        }
+        self.watch_kind(&key.group, &key.kind);
+        let (api, _) = self.api_for(&key).await?;
+        let mut body = object.as_map().clone();
+        body.remove("status");
+        if let Some(Value::Object(meta)) = body.get_mut("metadata") {
+            for server_set in [
+                "resourceVersion",
+                "uid",
+                "generation",
+                "creationTimestamp",
+                "managedFields",
+                "selfLink",
+            ] {
+                meta.remove(server_set);
+            }
+            if let Precondition::ResourceVersion(rv) = precondition {
+                meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+            }
+        }
+        let mut params = PatchParams::apply(&self.inner.options.field_manager);
+        if self.inner.options.force && precondition != Precondition::Absent {
+            params = params.force();
+        }
+        match api
+            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+            .await
+        {
+            Ok(stored) => to_object(&key, stored),
+            Err(e) if code(&e) == Some(409) => Err(Error::Conflict {
+                key: Box::new(key),
+                expected: match precondition {
+                    Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
+                    Precondition::Absent => "absent, or no field owned by another manager".into(),
+                    Precondition::Any => "anything".into(),
+                },
+                found: api_message(&e),
+            }),
+            Err(e) => Err(refused("apply", &key, &e)),
+        }
+    }
+
+    async fn put_record(
+        &self,
+        key: &ObjectKey,
+        object: Object,
+        precondition: Precondition,
+    ) -> Result<Object> {
+        let name = record_name(key);
+        let mut body = object.as_map().clone();
+        if let Some(Value::Object(meta)) = body.get_mut("metadata") {
+            meta.remove("resourceVersion");
+        }
+        let text = serde_json::to_string(&body).map_err(|e| backend("commit", e))?;
+        if text.len() > MAX_RECORD_BYTES {
+            return Err(message(
+                "commit",
+                format!(
+                    "{key} is {} bytes, over the {MAX_RECORD_BYTES} a ConfigMap holds",
+                    text.len()
+                ),
+            ));
+        }
+        let mut cm = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": self.inner.options.namespace,
+                "labels": {RECORD_LABEL: key.kind.to_ascii_lowercase()},
+            },
+            "data": {RECORD_DATA_KEY: text},
+        });
+        let api = self.records();
+        let conflict = |found: String| Error::Conflict {
+            key: Box::new(key.clone()),
+            expected: match precondition {
+                Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
+                Precondition::Absent => "absent".into(),
+                Precondition::Any => "anything".into(),
+            },
+            found,
+        };
+        let stored = match precondition {
+            Precondition::Absent => {
+                let obj: DynamicObject =
+                    serde_json::from_value(cm).map_err(|e| backend("commit", e))?;
+                match api.create(&PostParams::default(), &obj).await {
+                    Err(e) if code(&e) == Some(409) => return Err(conflict("present".into())),
+                    r => r.map_err(|e| backend("commit", e))?,
+                }
+            }
+            Precondition::ResourceVersion(rv) => {
+                cm["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+                let obj: DynamicObject =
+                    serde_json::from_value(cm).map_err(|e| backend("commit", e))?;
+                match api.replace(&name, &PostParams::default(), &obj).await {
+                    Err(e) if matches!(code(&e), Some(409 | 404)) => {
+                        return Err(conflict(api_message(&e)));
+                    }
+                    r => r.map_err(|e| backend("commit", e))?,
+                }
+            }
+            Precondition::Any => api
+                .patch(
+                    &name,
+                    &PatchParams::apply(&self.inner.options.field_manager).force(),
+                    &Patch::Apply(&cm),
+                )
+                .await
+                .map_err(|e| backend("commit", e))?,
+        };
+        record_from(key, &stored)
+    }
+
+    async fn delete(&self, key: &ObjectKey, precondition: Precondition) -> Result<Option<u64>> {
+        let (api, name) = if key.is_reserved() {
+            (self.records(), record_name(key))
+        } else {
+            (self.api_for(key).await?.0, key.name.clone())
+        };
+        let mut params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        if let Precondition::ResourceVersion(rv) = precondition {
+            params.preconditions = Some(Preconditions {
+                resource_version: Some(rv.to_string()),
+                uid: None,
+            });
+        }
+        let conflict = |found: String| Error::Conflict {
+            key: Box::new(key.clone()),
+            expected: match precondition {
+                Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
+                Precondition::Absent => "absent".into(),
+                Precondition::Any => "anything".into(),
+            },
+            found,
+        };
+        if precondition == Precondition::Absent {
+            return match api.get_opt(&name).await.map_err(|e| backend("delete", e))? {
+                None => Ok(None),
+                Some(_) => Err(conflict("present".into())),
+            };
+        }
+        match api.delete(&name, &params).await {
+            Ok(either) => Ok(either
+                .left()
+                .and_then(|o| o.metadata.resource_version)
+                .and_then(|rv| rv.parse().ok())),
+            Err(e) if code(&e) == Some(404) => match precondition {
+                Precondition::Any => Ok(None),
+                _ => Err(conflict("absent".into())),
+            },
+            Err(e) if code(&e) == Some(409) => Err(conflict(api_message(&e))),
+            Err(e) => Err(refused("delete", key, &e)),
+        }
+    }
+}
+
+/// The message of an API error (its `Status.message`), else the error.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// An error the API server gave for `key`, with its message (a validation error, RBAC's
+/// `forbidden`, an admission webhook's refusal).
+fn refused(op: &'static str, key: &ObjectKey, e: &kube::Error) -> Error {
+    message(
+        op,
+        format!(
+            "the API server refused {key} ({}): {}",
+            code(e).map_or_else(|| "no answer".to_string(), |c| c.to_string()),
+            api_message(e)
+        ),
+    )
+}
+
+/// The ConfigMap name of a record: `<kind>.<name>` (with the namespace between them when the
+/// record has one), in lower case.
+fn record_name(key: &ObjectKey) -> String {
+    let kind = key.kind.to_ascii_lowercase();
+    if key.namespace.is_empty() {
+        format!("{kind}.{}", key.name)
+    } else {
+        format!("{kind}.{}.{}", key.namespace, key.name)
+    }
+}
+
+/// The record a ConfigMap holds, with the ConfigMap's resourceVersion.
+fn record_from(key: &ObjectKey, cm: &DynamicObject) -> Result<Object> {
+    let corrupt = |why: String| Error::Corrupt {
+        key: key.clone(),
+        source: why.into(),
+    };
+    let text = cm
+        .data
+        .get("data")
+        .and_then(|d| d.get(RECORD_DATA_KEY))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            corrupt(format!(
+                "ConfigMap {} has no data.{RECORD_DATA_KEY}",
+                cm.metadata.name.as_deref().unwrap_or_default()
+            ))
+        })?;
+    let mut object = super::decode(key, text)?;
+    let rv = parse_rv(cm.metadata.resource_version.as_deref())?;
+    if let Some(rv) = rv {
+        object
+            .metadata_mut()
+            .insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+    Ok(object)
+}
+
+/// A live object as the core reads it: `managedFields` left out (it can be larger than the
+/// object, and says only who set what).
+fn to_object(key: &ObjectKey, o: DynamicObject) -> Result<Object> {
+    parse_rv(o.metadata.resource_version.as_deref())?;
+    let mut value = serde_json::to_value(o).map_err(|e| backend("read", e))?;
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    Object::from_value(value).map_err(|e| Error::Corrupt {
+        key: key.clone(),
+        source: Box::new(e),
+    })
+}
+
+#[async_trait]
+impl Store for KubeStore {
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Object>> {
+        self.get_object(key).await
+    }
+
+    async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        Ok(self
+            .get_object(key)
+            .await?
+            .and_then(|o| o.resource_version()))
+    }
+
+    async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
+        let mut listing = Listing::default();
+        let reads = futures_util::stream::iter(keys.iter().cloned())
+            .map(|k| async move {
+                let o = self.get_object(&k).await;
+                (k, o)
+            })
+            .buffer_unordered(16);
+        let results: Vec<(ObjectKey, Result<Option<Object>>)> = reads.collect().await;
+        for (k, o) in results {
+            if let Some(o) = o? {
+                listing.revision = listing.revision.max(o.resource_version().unwrap_or(0));
+                listing.objects.insert(k, o);
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Listing> {
+        let mut listing = Listing::default();
+        if selector.group.as_deref() == Some(RESERVED_GROUP) {
+            let mut params = ListParams::default().labels(RECORD_LABEL);
+            if let Some(kind) = &selector.kind {
+                params = ListParams::default()
+                    .labels(&format!("{RECORD_LABEL}={}", kind.to_ascii_lowercase()));
+            }
+            let list = self
+                .records()
+                .list(&params)
+                .await
+                .map_err(|e| backend("list", e))?;
+            listing.revision = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
+            for cm in &list.items {
+                let text = cm
+                    .data
+                    .get("data")
+                    .and_then(|d| d.get(RECORD_DATA_KEY))
+                    .and_then(Value::as_str)
+                    .unwrap_or("{}");
+                let Ok(value) = serde_json::from_str::<Value>(text) else {
+                    continue;
+                };
+                let Ok(obj) = Object::from_value(value) else {
+                    continue;
+                };
+                let key = obj.key();
+                if !selector.matches(&key) {
+                    continue;
+                }
+                match record_from(&key, cm) {
+                    Ok(o) => {
+                        listing.objects.insert(key, o);
+                    }
+                    Err(e) => {
+                        listing.unreadable.insert(key, e.to_string());
+                    }
+                }
+            }
+            return Ok(listing);
+        }
+        let (Some(group), Some(kind)) = (&selector.group, &selector.kind) else {
+            return Err(message(
+                "list",
+                "the Kubernetes store lists one kind at a time: name its group and kind".into(),
+            ));
+        };
+        let r = self.resource(group, kind).await?;
+        let api: Api<DynamicObject> = match &selector.namespace {
+            Some(ns) if r.namespaced => Api::namespaced_with(self.inner.client.clone(), ns, &r.api),
+            _ => Api::all_with(self.inner.client.clone(), &r.api),
+        };
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| backend("list", e))?;
+        listing.revision = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
+        for mut o in list.items {
+            o.types = Some(kube::core::TypeMeta {
+                api_version: r.api.api_version.clone(),
+                kind: r.api.kind.clone(),
+            });
+            let key = ObjectKey::new(
+                group,
+                kind,
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            );
+            match to_object(&key, o) {
+                Ok(obj) => {
+                    listing.objects.insert(key, obj);
+                }
+                Err(e) => {
+                    listing.unreadable.insert(key, e.to_string());
+                }
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn commit(&self, writes: Vec<Write>) -> Result<Committed> {
+        super::check_distinct(&writes)?;
+        let mut committed = Committed::default();
+        for w in writes {
+            match w {
+                Write::Put {
+                    object,
+                    precondition,
+                } => {
+                    let stored = self.put(object, precondition).await?;
+                    committed.revision = committed
+                        .revision
+                        .max(stored.resource_version().unwrap_or(0));
+                    committed.stored.push(stored);
+                }
+                Write::Delete { key, precondition } => {
+                    if let Some(rv) = self.delete(&key, precondition).await? {
+                        committed.revision = committed.revision.max(rv);
+                    }
+                }
+            }
+        }
+        Ok(committed)
+    }
+
+    async fn revision(&self) -> Result<u64> {
+        let list = self
+            .records()
+            .list(&ListParams::default().labels(RECORD_LABEL).limit(1))
+            .await
+            .map_err(|e| backend("revision", e))?;
+        Ok(parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0))
+    }
+
+    async fn watch(&self, from_revision: u64) -> Result<Watch> {
+        let (tx, rx) = mpsc::channel(1024);
+        let store = self.clone();
+        let span = tracing::info_span!("kubernetes_watch");
+        tokio::spawn(tracing::Instrument::instrument(
+            store.feed(from_revision, tx),
+            span,
+        ));
+        Ok(rx)
+    }
+
+    fn backend(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn commits_atomically(&self, writes: &[Write]) -> bool {
+        writes.len() <= 1
+    }
+
+    fn applies_declared_fields(&self) -> bool {
+        true
+    }
+}
+
+type Sender = mpsc::Sender<Result<WatchItem>>;
+
+impl KubeStore {
+    /// The change feed: a watch on the records, and one per kind as kinds are added, until
+    /// the receiver is dropped.
+    async fn feed(self, from: u64, tx: Sender) {
+        let mut kinds = self.inner.kinds.subscribe();
+        let mut running: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        let records = (
+            ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+            Some(self.inner.options.namespace.clone()),
+            RECORD_LABEL.to_string(),
+            true,
+        );
+        tasks.spawn(tracing::Instrument::instrument(
+            self.clone().watch_one(records, from, tx.clone()),
+            tracing::info_span!("watch_records"),
+        ));
+        loop {
+            let wanted: Vec<(String, String)> = kinds
+                .borrow_and_update()
+                .iter()
+                .filter(|k| !running.contains(*k))
+                .cloned()
+                .collect();
+            for (group, kind) in wanted {
+                let r = match self.resource(&group, &kind).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(group, kind, error = %super::error_chain(&e), "Cannot watch a kind");
+                        continue;
+                    }
+                };
+                // A kind added after the feed started is watched from now: the writes that
+                // added it are this agent's own.
+                let start = if running.is_empty() {
+                    from
+                } else {
+                    self.revision().await.unwrap_or(from)
+                };
+                running.insert((group.clone(), kind.clone()));
+                tasks.spawn(tracing::Instrument::instrument(
+                    self.clone().watch_one(
+                        (r.api, None, APP_LABEL.to_string(), false),
+                        start,
+                        tx.clone(),
+                    ),
+                    tracing::info_span!("watch_kind", group, kind),
+                ));
+            }
+            tokio::select! {
+                changed = kinds.changed() => if changed.is_err() { break },
+                _ = tx.closed() => break,
+                Some(_) = tasks.join_next() => {}
+            }
+        }
+        tasks.abort_all();
+    }
+
+    /// Watches one resource (all namespaces, or one) selected by `label`, from `from`, sending
+    /// events until the receiver is dropped. After `410 Gone`: a relist item, and the watch
+    /// starts again from the current revision.
+    async fn watch_one(
+        self,
+        (api, namespace, label, records): (ApiResource, Option<String>, String, bool),
+        from: u64,
+        tx: Sender,
+    ) {
+        let client: Api<DynamicObject> = match &namespace {
+            Some(ns) => Api::namespaced_with(self.inner.client.clone(), ns, &api),
+            None => Api::all_with(self.inner.client.clone(), &api),
+        };
+        let mut rv = from.to_string();
+        // Restarts after a failure wait 0.5 s, doubling to 30 s.
+        let mut delay = std::time::Duration::from_millis(500);
+        loop {
+            let params = WatchParams::default().labels(&label).timeout(290);
+            let stream = match client.watch(&params, &rv).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "Watch failed to start; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {
+                            delay = (delay * 2).min(std::time::Duration::from_secs(30));
+                            continue;
+                        }
+                        _ = tx.closed() => return,
+                    }
+                }
+            };
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                let next = tokio::select! {
+                    n = stream.next() => n,
+                    _ = tx.closed() => return,
+                };
+                let Some(item) = next else { break };
+                let (obj, deleted) = match item {
+                    Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
+                    Ok(WatchEvent::Deleted(o)) => (o, true),
+                    Ok(WatchEvent::Bookmark(b)) => {
+                        rv = b.metadata.resource_version;
+                        continue;
+                    }
+                    Ok(WatchEvent::Error(s)) if s.code == 410 => {
+                        // History is gone: ask for a relist from now.
+                        let now = self.revision().await.unwrap_or(0);
+                        rv = now.to_string();
+                        if tx
+                            .send(Ok(WatchItem::Relist { revision: now }))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        break;
+                    }
+                    Ok(WatchEvent::Error(s)) => {
+                        tracing::debug!(code = s.code, message = %s.message, "Watch error; restarting");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "Watch stream failed; restarting");
+                        break;
+                    }
+                };
+                delay = std::time::Duration::from_millis(500);
+                let Ok(Some(revision)) = parse_rv(obj.metadata.resource_version.as_deref()) else {
+                    continue;
+                };
+                rv = revision.to_string();
+                let key = if records {
+                    let text = obj
+                        .data
+                        .get("data")
+                        .and_then(|d| d.get(RECORD_DATA_KEY))
+                        .and_then(Value::as_str)
+                        .unwrap_or("{}");
+                    match serde_json::from_str::<Value>(text)
+                        .ok()
+                        .and_then(|v| Object::from_value(v).ok())
+                    {
+                        Some(o) => o.key(),
+                        None => continue,
+                    }
+                } else {
+                    ObjectKey::new(
+                        &api.group,
+                        &api.kind,
+                        obj.metadata.namespace.as_deref().unwrap_or_default(),
+                        obj.metadata.name.as_deref().unwrap_or_default(),
+                    )
+                };
+                let event = WatchItem::Event(Event {
+                    revision,
+                    key,
+                    deleted,
+                });
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
