@@ -159,6 +159,9 @@ named! {
         PathNotFound,
         /// The newest commit is not signed by a trusted key.
         SignatureRejected,
+        /// The target refused an object of the newest revision in a dry run (Kubernetes:
+        /// validation, an unknown kind, admission, RBAC `forbidden`); nothing of it applied.
+        RejectedByTarget,
         /// An empty revision would prune everything (`allowEmpty` is off), or a prune is held.
         PruneBlocked,
         /// Writing the store failed.

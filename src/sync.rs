@@ -571,12 +571,15 @@ async fn attempt_sync(
                 if let Some(target) = target {
                     // Server-side apply merges the declaration itself: it gets only what Git
                     // declares, with the owning app's label.
-                    let object = if store.applies_declared_fields() {
+                    let object = if store.promises().server_side_apply {
                         let mut object = declared.clone();
                         let meta = object.metadata_mut();
                         let labels = meta
                             .entry("labels")
                             .or_insert_with(|| serde_json::Value::Object(Map::new()));
+                        if labels.is_null() {
+                            *labels = serde_json::Value::Object(Map::new());
+                        }
                         if let Some(labels) = labels.as_object_mut() {
                             labels.insert(
                                 store::APP_LABEL.into(),

@@ -9,6 +9,8 @@ use common::kube::ControlPlane;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[tokio::test]
 async fn a_configmap_applied_server_side_through_kube_reads_back_with_its_field_manager() {
@@ -87,7 +89,6 @@ async fn a_configmap_applied_server_side_through_kube_reads_back_with_its_field_
 async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watches() {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Service;
-    use std::time::Duration;
 
     let cp = ControlPlane::start().await;
     let client = cp.client().await;
@@ -105,37 +106,8 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
         common::configmap("settings", &[("mode", "blue")]),
     );
     repo.commit("guestbook");
-    let dir = tempfile::tempdir().unwrap();
-    let port = common::free_port();
-    std::fs::write(
-        dir.path().join("driftless.yaml"),
-        format!(
-            "store:\n  kubernetes: {{kubeconfig: {}}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: 1s\n",
-            cp.kubeconfig.display(),
-            repo.url()
-        ),
-    )
-    .unwrap();
-    let log_path = dir.path().join("agent.log");
-    let agent = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
-        .arg("-c")
-        .arg(dir.path().join("driftless.yaml"))
-        .arg("run")
-        .current_dir(dir.path())
-        .env("RUST_LOG", "info,driftless=debug")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _agent = Kill(agent);
+    let agent = Agent::start(&cp, &repo, "1s");
+    let (port, log) = (agent.port, || agent.log());
     {
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
@@ -300,4 +272,253 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// `driftless run` against a control plane, with one app `guestbook` on `repo`'s folder `app`,
+/// killed on drop.
+struct Agent {
+    child: std::process::Child,
+    port: u16,
+    log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(cp: &ControlPlane, repo: &common::GitRepo, interval: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let port = common::free_port();
+        std::fs::write(
+            dir.path().join("driftless.yaml"),
+            format!(
+                "store:\n  kubernetes: {{kubeconfig: {}}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n",
+                cp.kubeconfig.display(),
+                repo.url()
+            ),
+        )
+        .unwrap();
+        let log_path = dir.path().join("agent.log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+            .arg("-c")
+            .arg(dir.path().join("driftless.yaml"))
+            .arg("run")
+            .current_dir(dir.path())
+            .env("RUST_LOG", "info,driftless=debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap();
+        Agent {
+            child,
+            port,
+            log_path,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn config(&self) -> PathBuf {
+        self._dir.path().join("driftless.yaml")
+    }
+
+    /// The app's status as `GET /api/v1/apps` gives it (null until the server answers).
+    async fn status(&self) -> serde_json::Value {
+        let Ok(r) = reqwest::get(format!("http://127.0.0.1:{}/api/v1/apps", self.port)).await
+        else {
+            return serde_json::Value::Null;
+        };
+        let v: serde_json::Value = r.json().await.unwrap_or_default();
+        v["apps"][0].clone()
+    }
+
+    /// Waits up to `secs` for `f`, showing the agent's log if it does not come.
+    async fn wait<F: std::future::Future<Output = bool>>(
+        &self,
+        what: &str,
+        secs: u64,
+        mut f: impl FnMut() -> F,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while !f().await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {secs} s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                size: {type: integer, minimum: 1}
+";
+
+/// One commit holds a Namespace and objects in it, and a CRD and a custom resource of it: the
+/// Namespace and the CRD go first (the CRD until `Established`), then the rest, in one sync.
+/// A drift then comes back through the watches alone (the poll interval is an hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_a_crd_and_what_they_hold_apply_in_one_commit_and_drift_is_reverted_from_the_watch()
+ {
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/shop.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prices\n  namespace: shop\ndata:\n  apple: \"3\"\n",
+    );
+    repo.write("app/crd.yaml", CRD);
+    repo.write(
+        "app/widget.yaml",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: gear\n  namespace: shop\nspec:\n  size: 3\n",
+    );
+    repo.commit("shop");
+    let agent = Agent::start(&cp, &repo, "1h");
+    let widgets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "shop",
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "example.com",
+            "v1",
+            "Widget",
+        )),
+    );
+    let prices: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
+    agent
+        .wait("the widget applied", 90, || async {
+            matches!(widgets.get_opt("gear").await, Ok(Some(_)))
+        })
+        .await;
+    agent
+        .wait("the app Synced", 30, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    assert_eq!(
+        prices.get("prices").await.unwrap().data.unwrap()["apple"],
+        "3"
+    );
+
+    // Drift by another manager on the custom resource and on the ConfigMap: reverted through
+    // the watches (the next poll is an hour away).
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    widgets
+        .patch("gear", &edit, &Patch::Merge(json!({"spec": {"size": 9}})))
+        .await
+        .unwrap();
+    prices
+        .patch(
+            "prices",
+            &edit,
+            &Patch::Merge(json!({"data": {"apple": "1"}})),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("the widget reverted", 20, || async {
+            widgets.get("gear").await.unwrap().data["spec"]["size"] == 3
+        })
+        .await;
+    agent
+        .wait("the ConfigMap reverted", 20, || async {
+            prices.get("prices").await.unwrap().data.unwrap()["apple"] == "3"
+        })
+        .await;
+
+    // A revision the API server refuses (the widget's size below the CRD's minimum) applies
+    // nothing, not even its valid new ConfigMap; the refusal names file, line and the server's
+    // message; the revision in force is still enforced.
+    repo.write(
+        "app/widget.yaml",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: gear\n  namespace: shop\nspec:\n  size: 0\n",
+    );
+    repo.write(
+        "app/extra.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: shop\n",
+    );
+    let bad = repo.commit("size 0");
+    let sync = || async {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+            .arg("-c")
+            .arg(agent.config())
+            .args(["sync", "--app", "guestbook"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    // The agent polls hourly: a `driftless sync` beside it tries the new revision.
+    let said = sync().await;
+    assert!(
+        said.contains("RejectedByTarget: refused by the target: app/widget.yaml:1: Widget.example.com shop/gear")
+            && said.contains("spec.size in body should be greater than or equal to 1"),
+        "{said}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(agent.config())
+        .args(["status", "-o", "json"])
+        .output()
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let st = &st["apps"][0];
+    assert_eq!(st["lastAttemptedRevision"], bad.as_str(), "{st}");
+    assert_ne!(st["revision"], bad.as_str(), "{st}");
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["reason"], "RejectedByTarget", "{ready}");
+    let diagnostics = st["diagnostics"].to_string();
+    assert!(diagnostics.contains("app/widget.yaml"), "{diagnostics}");
+    assert!(
+        prices.get_opt("extra").await.unwrap().is_none(),
+        "nothing of it applied"
+    );
+    assert_eq!(widgets.get("gear").await.unwrap().data["spec"]["size"], 3);
+    prices
+        .patch(
+            "prices",
+            &edit,
+            &Patch::Merge(json!({"data": {"apple": "2"}})),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("the revision in force still enforced", 20, || async {
+            prices.get("prices").await.unwrap().data.unwrap()["apple"] == "3"
+        })
+        .await;
 }

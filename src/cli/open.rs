@@ -327,10 +327,10 @@ pub(super) async fn wait_for_store(store: &Arc<dyn Store>) -> anyhow::Result<boo
 ///
 /// When the store exists but cannot be opened.
 pub(super) async fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
-    if cfg.config.store.etcd.is_some() {
+    // etcd and Kubernetes: a server, nothing to create by opening it.
+    let Some(path) = cfg.sqlite_path() else {
         return open_store(cfg).await;
-    }
-    let path = cfg.sqlite_path().context("no store configured")?;
+    };
     if path.exists() {
         return open_store(cfg).await;
     }

@@ -37,11 +37,7 @@ pub(super) async fn wait_cmd(
     let mut store: Option<Arc<dyn Store>> = None;
     let mut last = String::from("no status recorded yet");
     loop {
-        if store.is_none()
-            && (cfg.config.store.etcd.is_some()
-                || cfg.config.store.kubernetes.is_some()
-                || cfg.sqlite_path().is_some_and(Path::exists))
-        {
+        if store.is_none() && cfg.sqlite_path().is_none_or(Path::exists) {
             store = Some(open_store(&cfg).await?);
         }
         if let Some(s) = &store {
@@ -103,6 +99,7 @@ pub(super) async fn wait_cmd(
                             Reason::InvalidManifest
                                 | Reason::PathNotFound
                                 | Reason::SignatureRejected
+                                | Reason::RejectedByTarget
                                 | Reason::PruneBlocked
                         )
                     });

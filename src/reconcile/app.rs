@@ -795,6 +795,11 @@ impl App {
             .inventory
             .as_ref()
             .is_some_and(|i| !i.entries.is_empty());
+        let positions: BTreeMap<ObjectKey, (String, u64, u64)> = set
+            .objects
+            .iter()
+            .map(|(k, d)| (k.clone(), (d.path.clone(), d.line, d.column)))
+            .collect();
         let desired = match revision::admit(
             set,
             &revision,
@@ -816,6 +821,40 @@ impl App {
                 return Ok(());
             }
         };
+        // The target checks the whole revision before anything of it is applied (Kubernetes:
+        // a server-side dry run of every object); one refusal refuses the revision.
+        let objects: Vec<Object> = desired.values().cloned().collect();
+        match self.store.check(&objects).await {
+            Ok(refused) if refused.is_empty() => {}
+            Ok(refused) => {
+                let problem = revision::refusals(&refused, &positions);
+                self.diagnostics = refused
+                    .iter()
+                    .map(|(key, message)| {
+                        let (path, line, column) = positions
+                            .get(key)
+                            .cloned()
+                            .unwrap_or_else(|| (String::new(), 1, 1));
+                        Diagnostic::error(&path, line, column, format!("{key}: {message}"))
+                    })
+                    .collect();
+                if let Problem::Invalid { message, .. } = &problem {
+                    tracing::warn!(revision = %revision.short(), error = %message, "Revision refused by the target; the revision in force stays enforced");
+                }
+                self.problem = Some(problem);
+                return Ok(());
+            }
+            Err(e) => {
+                self.problem = Some(Problem::Source {
+                    reason: Reason::FetchFailed,
+                    message: format!(
+                        "cannot check the revision against the target: {}",
+                        error_chain(&e)
+                    ),
+                });
+                return Err(FetchFailed::Source);
+            }
+        }
         self.problem = None;
         tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         self.in_force = Some(InForce {

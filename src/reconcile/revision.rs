@@ -18,7 +18,8 @@ pub(crate) enum Verdict {
     /// problem a newer revision had no longer matters (Git points back at this one).
     InForce,
     /// It was tried already and refused (invalid, blocked): it stays refused without reading it
-    /// again, and its problem stays.
+    /// again, and its problem stays. A refusal by the target (`RejectedByTarget`) is not
+    /// this: its cause may be outside Git, so the revision is checked again.
     Refused,
     /// A revision to verify, read and render.
     New,
@@ -36,12 +37,14 @@ pub(crate) fn classify(
     if in_force.is_some_and(|(r, source)| r == revision && source == identity) {
         return Verdict::InForce;
     }
-    if last_attempted == Some(revision)
-        && matches!(
-            problem,
-            Some(Problem::Invalid { .. } | Problem::Blocked { .. })
-        )
-    {
+    // A target's refusal may come from outside Git (RBAC, an admission webhook): checked
+    // again at every fetch, unlike what the revision itself gets wrong.
+    let sticky = match problem {
+        Some(Problem::Invalid { reason, .. }) => *reason != Reason::RejectedByTarget,
+        Some(Problem::Blocked { .. }) => true,
+        _ => false,
+    };
+    if last_attempted == Some(revision) && sticky {
         return Verdict::Refused;
     }
     Verdict::New
@@ -125,6 +128,28 @@ pub(crate) fn admit(
         .collect())
 }
 
+/// The problem of a revision the target refused in its dry run (`RejectedByTarget`): the
+/// first refusal with the `file:line` its object came from, and how many more there are.
+/// `refused` is not empty.
+pub(crate) fn refusals(
+    refused: &[(ObjectKey, String)],
+    positions: &BTreeMap<ObjectKey, (String, u64, u64)>,
+) -> Problem {
+    let (key, why) = &refused[0];
+    let at = positions
+        .get(key)
+        .map(|(path, line, _)| format!("{path}:{line}: "))
+        .unwrap_or_default();
+    let more = match refused.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Problem::Invalid {
+        reason: Reason::RejectedByTarget,
+        message: format!("refused by the target: {at}{key}: {why}{more}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +205,15 @@ mod tests {
             classify(Some((&a, "s")), Some(&b), Some(&invalid()), &c, "s"),
             Verdict::New
         );
+        // Nor is a refusal by the target (RBAC, a webhook may change): checked again.
+        let rejected = Problem::Invalid {
+            reason: Reason::RejectedByTarget,
+            message: "".into(),
+        };
+        assert_eq!(
+            classify(Some((&a, "s")), Some(&b), Some(&rejected), &b, "s"),
+            Verdict::New
+        );
         // A source outage is not a verdict on the revision: it is tried again.
         let outage = Problem::Source {
             reason: Reason::Unreachable,
@@ -228,6 +262,27 @@ mod tests {
         assert!(admit(parse(""), &rev('a'), true, &allow, "apps").is_ok());
         let one = parse("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
         assert_eq!(admit(one, &rev('a'), true, &sync, "apps").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_refusal_names_the_object_its_file_and_line_and_counts_the_rest() {
+        let a = ObjectKey::new("apps", "Deployment", "default", "web");
+        let b = ObjectKey::new("", "ConfigMap", "default", "x");
+        let positions = BTreeMap::from([(a.clone(), ("app/web.yaml".to_string(), 12, 1))]);
+        let Problem::Invalid { reason, message } = refusals(
+            &[
+                (a, "spec.replicas: Invalid value: -1".into()),
+                (b, "forbidden".into()),
+            ],
+            &positions,
+        ) else {
+            panic!("not Invalid");
+        };
+        assert_eq!(reason, Reason::RejectedByTarget);
+        assert_eq!(
+            message,
+            "refused by the target: app/web.yaml:12: Deployment.apps default/web: spec.replicas: Invalid value: -1 (and 1 more)"
+        );
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! A Kubernetes API server as the target (cargo feature `kubernetes`), through kube-rs over
 //! rustls.
 //!
-//! What it promises differs from SQLite and etcd ([`Promises::kubernetes`]):
+//! What it promises differs from SQLite and etcd (its [`Store::promises`]):
 //!
 //! - **Writes are server-side apply, one object at a time** (field manager `fieldManager`,
 //!   default `driftless`): a `Put` sends the fields Git declares and nothing else (the sync
 //!   hands it the declaration, not a merge with the live object, see
-//!   [`Promises::applies_declared_fields`]). Its precondition becomes the apply's
+//!   [`Promises::server_side_apply`]). Its precondition becomes the apply's
 //!   `metadata.resourceVersion` (the API server refuses the apply with 409 when the object
 //!   changed); `Absent` applies without force, so an object that appeared meanwhile with
 //!   fields another manager owns is refused. There is no cross-object transaction: a commit of
@@ -31,7 +31,7 @@
 //!   `driftless.io/record`. A ConfigMap holds at most 1 MiB: an inventory larger than that is
 //!   refused with an error (sharding is not done yet).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -46,8 +46,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{
-    APP_LABEL, Committed, Error, Event, Listing, Precondition, Result, Selector, Store, Watch,
-    WatchItem, Write,
+    APP_LABEL, Committed, Error, Event, Listing, Precondition, Promises, Result, Selector, Store,
+    Watch, WatchItem, Write,
 };
 use crate::object::{Object, ObjectKey, RESERVED_GROUP};
 
@@ -61,6 +61,13 @@ const RECORD_DATA_KEY: &str = "object";
 /// The largest record a ConfigMap takes: the API server refuses ConfigMaps over 1 MiB
 /// (`k8s.io/kubernetes/pkg/apis/core/validation`, `MaxConfigMapSize`... the total of its data).
 const MAX_RECORD_BYTES: usize = 1024 * 1024 - 1024;
+
+/// How long an applied CustomResourceDefinition may take to become `Established`.
+const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn is_crd(key: &ObjectKey) -> bool {
+    key.group == "apiextensions.k8s.io" && key.kind == "CustomResourceDefinition"
+}
 
 /// How the store talks to the API server: `store.kubernetes` of the config.
 #[derive(Clone, Debug)]
@@ -104,7 +111,12 @@ struct Inner {
     discovered: Mutex<HashMap<(String, String), Resource>>,
     /// Kinds read or written through this store, which the change feed watches; a watch
     /// started before a kind was added learns of it through this channel.
-    kinds: tokio::sync::watch::Sender<BTreeSet<(String, String)>>,
+    /// Each with the highest resourceVersion this store had seen when the kind was added: its
+    /// watch starts there (or at the feed's start, when later), so a change made while the
+    /// watch was being set up (a CRD's kind not served yet) is not missed.
+    kinds: tokio::sync::watch::Sender<BTreeMap<(String, String), u64>>,
+    /// The highest resourceVersion read or written through this store.
+    seen: std::sync::atomic::AtomicU64,
 }
 
 fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -155,7 +167,8 @@ impl KubeStore {
                 client,
                 options,
                 discovered: Mutex::new(HashMap::new()),
-                kinds: tokio::sync::watch::Sender::new(BTreeSet::new()),
+                kinds: tokio::sync::watch::Sender::new(BTreeMap::new()),
+                seen: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let namespaces: Api<DynamicObject> = Api::all_with(
@@ -187,15 +200,21 @@ impl KubeStore {
         &self.inner.client
     }
 
-    /// The resource of (group, kind): from the cache, else from discovery of its group.
-    async fn resource(&self, group: &str, kind: &str) -> Result<Resource> {
+    /// The resource of (group, kind): from the cache, else from discovery of its group (a
+    /// kind not seen yet, or a CRD applied since). `None` when the API server does not serve
+    /// that kind.
+    async fn find(&self, group: &str, kind: &str) -> Result<Option<Resource>> {
         let k = (group.to_string(), kind.to_string());
         if let Some(r) = self.inner.discovered.lock().unwrap().get(&k) {
-            return Ok(r.clone());
+            return Ok(Some(r.clone()));
         }
-        let found = kube::discovery::oneshot::group(&self.inner.client, group)
-            .await
-            .map_err(|e| backend("discovery", e))?;
+        let found = match kube::discovery::oneshot::group(&self.inner.client, group).await {
+            Ok(g) => g,
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(backend("discovery", e)),
+        };
         let mut cache = self.inner.discovered.lock().unwrap();
         for (api, caps) in found.recommended_resources() {
             let ApiCapabilities { scope, .. } = caps;
@@ -207,7 +226,12 @@ impl KubeStore {
                 },
             );
         }
-        cache.get(&k).cloned().ok_or_else(|| {
+        Ok(cache.get(&k).cloned())
+    }
+
+    /// [`KubeStore::find`], with an error naming the kind when it is not served.
+    async fn resource(&self, group: &str, kind: &str) -> Result<Resource> {
+        self.find(group, kind).await?.ok_or_else(|| {
             message(
                 "discovery",
                 format!(
@@ -221,7 +245,23 @@ impl KubeStore {
     /// Notes that the change feed should watch (group, kind).
     fn watch_kind(&self, group: &str, kind: &str) {
         let k = (group.to_string(), kind.to_string());
-        self.inner.kinds.send_if_modified(|kinds| kinds.insert(k));
+        let seen = self.inner.seen.load(std::sync::atomic::Ordering::Relaxed);
+        self.inner.kinds.send_if_modified(|kinds| {
+            if kinds.contains_key(&k) {
+                return false;
+            }
+            kinds.insert(k, seen);
+            true
+        });
+    }
+
+    /// Notes a resourceVersion read or written.
+    fn saw(&self, rv: Option<u64>) {
+        if let Some(rv) = rv {
+            self.inner
+                .seen
+                .fetch_max(rv, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     async fn api_for(&self, key: &ObjectKey) -> Result<(Api<DynamicObject>, Resource)> {
@@ -257,6 +297,10 @@ impl KubeStore {
             return self.get_record(key).await;
         }
         self.watch_kind(&key.group, &key.kind);
+        // A kind the server does not serve (yet: its CRD is in the same sync) has no objects.
+        if self.find(&key.group, &key.kind).await?.is_none() {
+            return Ok(None);
+        }
         let (api, _) = self.api_for(key).await?;
         let found = api
             .get_opt(&key.name)
@@ -297,6 +341,10 @@ impl KubeStore {
             .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
             .await
         {
+            Ok(stored) if is_crd(&key) => {
+                let stored = self.wait_established(&api, stored).await?;
+                to_object(&key, stored)
+            }
             Ok(stored) => to_object(&key, stored),
             Err(e) if code(&e) == Some(409) => Err(Error::Conflict {
                 key: Box::new(key),
@@ -309,6 +357,105 @@ impl KubeStore {
             }),
             Err(e) => Err(refused("apply", &key, &e)),
         }
+    }
+
+    /// The server-side dry run of one object for [`Store::check`]: its refusal, if any.
+    async fn check_one(
+        self,
+        o: Object,
+        brought: Arc<Brought>,
+    ) -> Result<Option<(ObjectKey, String)>> {
+        let (kinds, namespaces) = (&brought.0, &brought.1);
+        let key = o.key();
+        let Some(r) = self.find(&key.group, &key.kind).await? else {
+            if kinds.contains(&(key.group.clone(), key.kind.clone())) {
+                return Ok(None);
+            }
+            let group = if key.group.is_empty() {
+                "core"
+            } else {
+                &key.group
+            };
+            return Ok(Some((
+                key.clone(),
+                format!(
+                    "the API server serves no kind {} in group {group} (apiVersion {})",
+                    key.kind,
+                    o.api_version()
+                ),
+            )));
+        };
+        let api: Api<DynamicObject> = if r.namespaced {
+            Api::namespaced_with(self.inner.client.clone(), &key.namespace, &r.api)
+        } else {
+            Api::all_with(self.inner.client.clone(), &r.api)
+        };
+        let mut body = o.as_map().clone();
+        body.remove("status");
+        let params = PatchParams::apply(&self.inner.options.field_manager)
+            .force()
+            .dry_run();
+        match api
+            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(e)
+                if code(&e) == Some(404) && r.namespaced && namespaces.contains(&key.namespace) =>
+            {
+                Ok(None)
+            }
+            Err(e) => match code(&e) {
+                Some(c) => Ok(Some((key.clone(), format!("{} ({c})", api_message(&e))))),
+                None => Err(backend("dry run", e)),
+            },
+        }
+    }
+
+    /// Waits until an applied CustomResourceDefinition is `Established` (its kind is served;
+    /// at most [`ESTABLISH_TIMEOUT`]), then forgets what discovery knew of its group, so the
+    /// custom resources after it in the same sync find their kind.
+    async fn wait_established(
+        &self,
+        api: &Api<DynamicObject>,
+        mut crd: DynamicObject,
+    ) -> Result<DynamicObject> {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
+        loop {
+            let established = crd
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.get("type").and_then(Value::as_str) == Some("Established")
+                            && c.get("status").and_then(Value::as_str) == Some("True")
+                    })
+                });
+            if established {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(message(
+                    "apply",
+                    format!(
+                        "CustomResourceDefinition {name} is not Established after {} s",
+                        ESTABLISH_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            crd = api.get(&name).await.map_err(|e| backend("apply", e))?;
+        }
+        if let Some(group) = crd.data.pointer("/spec/group").and_then(Value::as_str) {
+            self.inner
+                .discovered
+                .lock()
+                .unwrap()
+                .retain(|(g, _), _| g != group);
+        }
+        Ok(crd)
     }
 
     async fn put_record(
@@ -506,7 +653,9 @@ fn to_object(key: &ObjectKey, o: DynamicObject) -> Result<Object> {
 #[async_trait]
 impl Store for KubeStore {
     async fn get(&self, key: &ObjectKey) -> Result<Option<Object>> {
-        self.get_object(key).await
+        let found = self.get_object(key).await?;
+        self.saw(found.as_ref().and_then(Object::resource_version));
+        Ok(found)
     }
 
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
@@ -531,6 +680,7 @@ impl Store for KubeStore {
                 listing.objects.insert(k, o);
             }
         }
+        self.saw(Some(listing.revision));
         Ok(listing)
     }
 
@@ -592,6 +742,7 @@ impl Store for KubeStore {
             .await
             .map_err(|e| backend("list", e))?;
         listing.revision = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
+        self.saw(Some(listing.revision));
         for mut o in list.items {
             o.types = Some(kube::core::TypeMeta {
                 api_version: r.api.api_version.clone(),
@@ -637,6 +788,7 @@ impl Store for KubeStore {
                 }
             }
         }
+        self.saw(Some(committed.revision));
         Ok(committed)
     }
 
@@ -660,6 +812,44 @@ impl Store for KubeStore {
         Ok(rx)
     }
 
+    async fn check(&self, objects: &[Object]) -> Result<Vec<(ObjectKey, String)>> {
+        // Kinds and Namespaces the set brings itself: what depends on them is checked by the
+        // apply, once they exist.
+        let mut brought_kinds = BTreeSet::new();
+        let mut brought_namespaces = BTreeSet::new();
+        for o in objects {
+            let key = o.key();
+            if is_crd(&key) {
+                let spec = o.get("spec");
+                let group = spec.and_then(|s| s.get("group")).and_then(Value::as_str);
+                let kind = spec
+                    .and_then(|s| s.pointer("/names/kind"))
+                    .and_then(Value::as_str);
+                if let (Some(g), Some(k)) = (group, kind) {
+                    brought_kinds.insert((g.to_string(), k.to_string()));
+                }
+            } else if key.group.is_empty() && key.kind == "Namespace" {
+                brought_namespaces.insert(key.name.clone());
+            }
+        }
+        let brought = Arc::new((brought_kinds, brought_namespaces));
+        let checks: Vec<_> = objects
+            .iter()
+            .filter(|o| !o.key().is_reserved())
+            .map(|o| self.clone().check_one(o.clone(), brought.clone()))
+            .collect();
+        let checks = futures_util::stream::iter(checks).buffer_unordered(16);
+        let results: Vec<Result<Option<(ObjectKey, String)>>> = checks.collect().await;
+        let mut refused = Vec::new();
+        for r in results {
+            if let Some(r) = r? {
+                refused.push(r);
+            }
+        }
+        refused.sort();
+        Ok(refused)
+    }
+
     fn backend(&self) -> &'static str {
         "kubernetes"
     }
@@ -668,12 +858,21 @@ impl Store for KubeStore {
         writes.len() <= 1
     }
 
-    fn applies_declared_fields(&self) -> bool {
-        true
+    fn promises(&self) -> Promises {
+        Promises {
+            transactions: false,
+            global_revision: false,
+            ordered_feed: false,
+            server_side_apply: true,
+        }
     }
 }
 
 type Sender = mpsc::Sender<Result<WatchItem>>;
+
+/// What a set brings itself, for [`Store::check`]: the (group, kind) its CRDs define, and the
+/// Namespaces it declares.
+type Brought = (BTreeSet<(String, String)>, BTreeSet<String>);
 
 impl KubeStore {
     /// The change feed: a watch on the records, and one per kind as kinds are added, until
@@ -693,27 +892,29 @@ impl KubeStore {
             tracing::info_span!("watch_records"),
         ));
         loop {
-            let wanted: Vec<(String, String)> = kinds
+            let wanted: Vec<((String, String), u64)> = kinds
                 .borrow_and_update()
                 .iter()
-                .filter(|k| !running.contains(*k))
-                .cloned()
+                .filter(|(k, _)| !running.contains(*k))
+                .map(|(k, at)| (k.clone(), *at))
                 .collect();
-            for (group, kind) in wanted {
-                let r = match self.resource(&group, &kind).await {
-                    Ok(r) => r,
+            let mut unserved = false;
+            for ((group, kind), added_at) in wanted {
+                let r = match self.find(&group, &kind).await {
+                    Ok(Some(r)) => r,
+                    // Not served yet (its CRD is being applied): tried again shortly.
+                    Ok(None) => {
+                        unserved = true;
+                        continue;
+                    }
                     Err(e) => {
-                        tracing::warn!(group, kind, error = %super::error_chain(&e), "Cannot watch a kind");
+                        tracing::warn!(group, kind, error = %super::error_chain(&e), "Cannot watch a kind; retrying");
+                        unserved = true;
                         continue;
                     }
                 };
-                // A kind added after the feed started is watched from now: the writes that
-                // added it are this agent's own.
-                let start = if running.is_empty() {
-                    from
-                } else {
-                    self.revision().await.unwrap_or(from)
-                };
+                let start = from.max(added_at);
+                tracing::debug!(group, kind, from = start, "Watching a kind");
                 running.insert((group.clone(), kind.clone()));
                 tasks.spawn(tracing::Instrument::instrument(
                     self.clone().watch_one(
@@ -724,10 +925,18 @@ impl KubeStore {
                     tracing::info_span!("watch_kind", group, kind),
                 ));
             }
+            let retry = async {
+                if unserved {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 changed = kinds.changed() => if changed.is_err() { break },
                 _ = tx.closed() => break,
                 Some(_) = tasks.join_next() => {}
+                _ = retry => {}
             }
         }
         tasks.abort_all();
@@ -771,6 +980,7 @@ impl KubeStore {
                     _ = tx.closed() => return,
                 };
                 let Some(item) = next else { break };
+                tracing::trace!(?item, "Watch event");
                 let (obj, deleted) = match item {
                     Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
                     Ok(WatchEvent::Deleted(o)) => (o, true),

@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use crate::object::{Object, ObjectKey};
 
 /// The label naming the app that owns an object, added by the sync on stores that apply
-/// declared fields ([`Store::applies_declared_fields`]: Kubernetes), whose change feed selects
+/// declared fields ([`Promises::server_side_apply`]: Kubernetes), whose change feed selects
 /// by it.
 pub const APP_LABEL: &str = "driftless.io/app";
 
@@ -380,15 +380,63 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// True when a `Put` of an object (not a record) should carry only the fields Git
-    /// declares, which the backend merges into the live object itself: Kubernetes server-side
-    /// apply, where sending the live object's other fields would make driftless their manager
-    /// (fields an HPA or a webhook set would then be Git's). False (SQLite, etcd, memory): a
-    /// `Put` stores the whole object given, so the sync sends the three-way merge of the
-    /// declaration onto the live object.
-    fn applies_declared_fields(&self) -> bool {
-        false
+    /// Asks the backend whether it would accept `objects` (declarations about to be applied),
+    /// writing nothing: Kubernetes runs a server-side dry run of each apply. Returns each
+    /// refusal with the backend's message (validation, an unknown kind, admission, RBAC).
+    /// Objects the backend cannot check before others are applied (a custom resource whose
+    /// CRD is among `objects`, an object in a Namespace among `objects` that does not exist
+    /// yet) are not refused here; the apply checks them. Default: no refusals (SQLite, etcd
+    /// and memory take any object that passed the manifest rules).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the check itself cannot run (the backend is unreachable).
+    async fn check(&self, objects: &[Object]) -> Result<Vec<(ObjectKey, String)>> {
+        let _ = objects;
+        Ok(Vec::new())
     }
+
+    /// What this backend promises where backends differ. Default: etcd's model, as SQLite,
+    /// etcd and memory give it ([`Promises::ETCD_MODEL`]).
+    fn promises(&self) -> Promises {
+        Promises::ETCD_MODEL
+    }
+}
+
+/// What a backend promises where backends differ (ARCHITECTURE.md section 4): SQLite, etcd
+/// and memory give etcd's model; a Kubernetes API server gives less, and says so here, so that
+/// the sync and the contract suite rely only on what the backend gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promises {
+    /// A commit of several writes is one transaction, all or nothing (within the backend's
+    /// size limits, see [`Store::commits_atomically`]). False: per object, in order, stopping
+    /// at the first refusal.
+    pub transactions: bool,
+    /// One revision for the whole store: each commit gets the next, objects written together
+    /// share it, and a listing or [`Store::get_many`] reflects one revision. False: each
+    /// object has its own resourceVersion and reads are per object.
+    pub global_revision: bool,
+    /// The change feed carries every write in revision order. False: one watch per resource
+    /// kind (objects labelled [`APP_LABEL`], and the backend's own records), merged in
+    /// arrival order.
+    pub ordered_feed: bool,
+    /// A `Put` of an object (not a record) carries only the fields Git declares, with the
+    /// app's label, and the backend merges them into the live object itself (Kubernetes
+    /// server-side apply: sending the live object's other fields would make driftless their
+    /// manager, so fields an HPA or a webhook set would become Git's). False: a `Put` stores
+    /// the whole object given, and the sync sends the three-way merge of the declaration onto
+    /// the live object.
+    pub server_side_apply: bool,
+}
+
+impl Promises {
+    /// SQLite, etcd and memory.
+    pub const ETCD_MODEL: Promises = Promises {
+        transactions: true,
+        global_revision: true,
+        ordered_feed: true,
+        server_side_apply: false,
+    };
 }
 
 /// Now as an RFC 3339 timestamp with seconds, e.g. `2026-11-29T12:00:00Z`.
