@@ -638,12 +638,98 @@ fn walk(a: &Value, b: &Value, path: &mut String, out: &mut Vec<Change>) {
                 path.truncate(len);
             }
         }
+        _ if is_quantity_path(path) && quantities_equal(a, b) => {}
         _ => out.push(Change {
             path: path.clone(),
             live: present(a),
             desired: present(b),
         }),
     }
+}
+
+/// True for the fields Kubernetes types as `resource.Quantity` that manifests commonly set:
+/// a container's `resources.requests`/`limits`, a PVC's or volume claim template's
+/// `resources.requests`, a PersistentVolume's `capacity`, a ResourceQuota's `hard`.
+fn is_quantity_path(path: &str) -> bool {
+    let parent = path.rsplit_once('.').map_or("", |(p, _)| p);
+    parent.ends_with("resources.requests")
+        || parent.ends_with("resources.limits")
+        || parent == "spec.capacity"
+        || parent == "spec.hard"
+}
+
+/// True when both are Kubernetes quantities of the same value, written alike or not (`0.5` and
+/// `500m`, `1Gi` and `1024Mi`, `1000` and `1k`): the API server stores a quantity in its
+/// canonical form, so a declaration written another way is not drift. The grammar is
+/// `k8s.io/apimachinery/pkg/api/resource/quantity.go`'s: a signed decimal number, then a
+/// binary suffix (`Ki`..`Ei`), a decimal suffix (`n`, `u`, `m`, `k`, `M`..`E`) or a decimal
+/// exponent (`e3`, `E-2`).
+pub fn quantities_equal(a: &Value, b: &Value) -> bool {
+    match (quantity(a), quantity(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// A quantity as `mantissa × 10^exponent` with no trailing zeros in the mantissa, or `None`
+/// when `v` is not a quantity (or too large to compare exactly).
+fn quantity(v: &Value) -> Option<(i128, i32)> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(r) => (-1, r),
+        None => (1, text.strip_prefix('+').unwrap_or(&text)),
+    };
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    let digits = format!("{whole}{fraction}");
+    if digits.len() > 30 {
+        return None;
+    }
+    let mut mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().ok()?
+    };
+    let mut exponent = -(fraction.len() as i32);
+    let binary = |power: u32| -> Option<i128> { 1i128.checked_shl(power) };
+    match suffix {
+        "" => {}
+        "Ki" => mantissa = mantissa.checked_mul(binary(10)?)?,
+        "Mi" => mantissa = mantissa.checked_mul(binary(20)?)?,
+        "Gi" => mantissa = mantissa.checked_mul(binary(30)?)?,
+        "Ti" => mantissa = mantissa.checked_mul(binary(40)?)?,
+        "Pi" => mantissa = mantissa.checked_mul(binary(50)?)?,
+        "Ei" => mantissa = mantissa.checked_mul(binary(60)?)?,
+        "n" => exponent -= 9,
+        "u" => exponent -= 6,
+        "m" => exponent -= 3,
+        "k" => exponent += 3,
+        "M" => exponent += 6,
+        "G" => exponent += 9,
+        "T" => exponent += 12,
+        "P" => exponent += 15,
+        "E" => exponent += 18,
+        s if s.starts_with(['e', 'E']) => exponent += s[1..].parse::<i32>().ok()?,
+        _ => return None,
+    }
+    if mantissa == 0 {
+        return Some((0, 0));
+    }
+    while mantissa % 10 == 0 {
+        mantissa /= 10;
+        exponent += 1;
+    }
+    Some((sign * mantissa, exponent))
 }
 
 /// The apply order of kinds, after Helm's install order: namespaces, policies, accounts,
@@ -883,6 +969,43 @@ mod tests {
             plan_one(&declared.key(), &declared, Some(&live), None).action,
             Action::Unchanged
         );
+    }
+
+    #[test]
+    fn quantities_compare_by_value_where_kubernetes_types_them() {
+        for (a, b) in [
+            (json!(0.5), json!("500m")),
+            (json!("1Gi"), json!("1024Mi")),
+            (json!("1k"), json!(1000)),
+            (json!("1e3"), json!("1k")),
+            (json!("0.1"), json!("100m")),
+            (json!("2"), json!(2)),
+            (json!("0"), json!("0m")),
+        ] {
+            assert!(quantities_equal(&a, &b), "{a} = {b}");
+        }
+        for (a, b) in [
+            (json!("1Gi"), json!("1G")),
+            (json!("500m"), json!("0.05")),
+            (json!("1x"), json!("1x")),
+            (json!("abc"), json!("abc")),
+            (json!("."), json!(".")),
+        ] {
+            assert!(!quantities_equal(&a, &b), "{a} != {b}");
+        }
+        let live = obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": [{"name": "web",
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}}));
+        let declared = obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": [{"name": "web",
+                "resources": {"requests": {"cpu": 0.5, "memory": "1024Mi"}}}]}}}}));
+        assert!(compare(&live, &declared).is_empty());
+        // Elsewhere a quantity-looking value is compared as written: a ConfigMap's "1k" is
+        // not 1000.
+        let live = cm(json!({"size": "1k"}));
+        assert_eq!(compare(&live, &cm(json!({"size": "1000"}))).len(), 1);
     }
 
     #[test]

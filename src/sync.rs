@@ -548,6 +548,28 @@ async fn attempt_sync(
         options,
     );
 
+    // A backend that normalizes what it stores (Kubernetes) confirms each suspect: a value
+    // written another way (`0.5` CPU for `500m`) or a default it fills in is not drift.
+    if store.promises().server_side_apply {
+        for step in plan.steps.iter_mut().filter(|s| s.action == Action::Update) {
+            let (Some(declared), Some(live)) = (desired.get(&step.key), step.live.as_ref()) else {
+                continue;
+            };
+            let mut declared = (*declared).clone();
+            label(&mut declared, req.app);
+            if !store
+                .confirm_drift(&declared, live)
+                .await
+                .map_err(Error::Store)?
+            {
+                step.action = Action::Unchanged;
+                step.target = None;
+                step.live = None;
+                step.changes.clear();
+            }
+        }
+    }
+
     // What this sync changes in the inventory: the writes, and the new entries.
     let mut writes = Vec::new();
     let mut updates: Vec<(ObjectKey, Option<Object>)> = Vec::new();
@@ -573,19 +595,7 @@ async fn attempt_sync(
                     // declares, with the owning app's label.
                     let object = if store.promises().server_side_apply {
                         let mut object = declared.clone();
-                        let meta = object.metadata_mut();
-                        let labels = meta
-                            .entry("labels")
-                            .or_insert_with(|| serde_json::Value::Object(Map::new()));
-                        if labels.is_null() {
-                            *labels = serde_json::Value::Object(Map::new());
-                        }
-                        if let Some(labels) = labels.as_object_mut() {
-                            labels.insert(
-                                store::APP_LABEL.into(),
-                                serde_json::Value::String(req.app.to_string()),
-                            );
-                        }
+                        label(&mut object, req.app);
                         object
                     } else {
                         target
@@ -800,6 +810,21 @@ async fn attempt_sync(
 
 /// Commits `inventory` with the `creates` of `next` added, and their claims in the ownership
 /// index, then points the inventory and index writes in `writes` at the versions it stored.
+/// Adds the owning app's label ([`store::APP_LABEL`]) to a declaration about to be applied by
+/// server-side apply.
+fn label(object: &mut Object, app: &str) {
+    let labels = object
+        .metadata_mut()
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert(store::APP_LABEL.into(), Value::String(app.to_string()));
+    }
+}
+
 async fn record_intent(
     store: &dyn Store,
     app: &str,

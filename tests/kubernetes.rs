@@ -522,3 +522,159 @@ async fn a_namespace_a_crd_and_what_they_hold_apply_in_one_commit_and_drift_is_r
         })
         .await;
 }
+
+const KINDS: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          ports: [{containerPort: 8080}]
+          resources:
+            requests: {cpu: 0.5, memory: 1Gi}
+            limits: {cpu: '1', memory: 1024Mi}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: 'postgres:17', resources: {requests: {cpu: 250m}}}]
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec:
+        accessModes: [ReadWriteOnce]
+        resources: {requests: {storage: 1Gi}}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: '0 3 * * *'
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: job, image: 'busybox:1.37', command: [sh, -c, 'echo hi']}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web}
+spec:
+  rules:
+    - host: shop.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend: {service: {name: web, port: {number: 80}}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 2
+  maxReplicas: 5
+  metrics:
+    - type: Resource
+      resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+";
+
+/// Deployment, Service, StatefulSet, CronJob, Ingress and HPA, with values the API server
+/// writes another way (`0.5` CPU is `500m`, `1Gi` and `1024Mi`) and fields it defaults: once
+/// applied, passes find no drift and write nothing, with a positive control that they ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaulted_and_normalized_kinds_are_not_drift_and_passes_write_nothing() {
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write("app/kinds.yaml", KINDS);
+    repo.commit("kinds");
+    let agent = Agent::start(&cp, &repo, "1s");
+    agent
+        .wait("Synced", 60, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    let kinds = [
+        ("apps", "v1", "Deployment", "web"),
+        ("", "v1", "Service", "web"),
+        ("apps", "v1", "StatefulSet", "db"),
+        ("batch", "v1", "CronJob", "nightly"),
+        ("networking.k8s.io", "v1", "Ingress", "web"),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler", "web"),
+    ];
+    let versions = || async {
+        let mut out = Vec::new();
+        for (group, version, kind, name) in kinds {
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                "default",
+                &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                    group, version, kind,
+                )),
+            );
+            let o = api.get(name).await.unwrap();
+            out.push((kind, o.metadata.resource_version.unwrap()));
+        }
+        out
+    };
+    let metric = |name: &'static str| async move {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", agent.port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = versions().await;
+    let passes_before = metric("driftless_reconcile_duration_seconds_count").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let passes_after = metric("driftless_reconcile_duration_seconds_count").await;
+    assert!(
+        passes_after >= passes_before + 2.0,
+        "the passes ran: {passes_before} then {passes_after}"
+    );
+    assert_eq!(
+        versions().await,
+        before,
+        "passes wrote nothing:\n{}",
+        agent.log()
+    );
+    assert!(
+        !agent.log().contains("Drift reverted"),
+        "no drift found:\n{}",
+        agent.log()
+    );
+    // Not even suspected: the comparison normalizes quantities as the API server does, so no
+    // pass needed a dry run.
+    assert!(
+        !agent.log().contains("Drift suspected"),
+        "no dry run:\n{}",
+        agent.log()
+    );
+    assert_eq!(agent.status().await["sync"], "Synced");
+}

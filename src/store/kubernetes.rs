@@ -850,6 +850,34 @@ impl Store for KubeStore {
         Ok(refused)
     }
 
+    async fn confirm_drift(&self, declared: &Object, live: &Object) -> Result<bool> {
+        let key = declared.key();
+        tracing::debug!(object = %key, "Drift suspected; confirming with a server-side dry run");
+        let (api, _) = self.api_for(&key).await?;
+        let mut body = declared.as_map().clone();
+        body.remove("status");
+        let params = PatchParams::apply(&self.inner.options.field_manager)
+            .force()
+            .dry_run();
+        let would = api
+            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+            .await
+            .map_err(|e| refused("dry run", &key, &e))?;
+        let would = to_object(&key, would)?;
+        // Who manages a field, and the bookkeeping of a write, are not drift.
+        let strip = |o: &Object| {
+            let mut v = o.as_map().clone();
+            v.remove("status");
+            if let Some(Value::Object(meta)) = v.get_mut("metadata") {
+                for k in ["managedFields", "resourceVersion", "generation"] {
+                    meta.remove(k);
+                }
+            }
+            v
+        };
+        Ok(strip(&would) != strip(live))
+    }
+
     fn backend(&self) -> &'static str {
         "kubernetes"
     }

@@ -396,6 +396,21 @@ pub trait Store: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// Confirms that `live` differs from what applying `declared` would make of it (the
+    /// backend's own normalization: Kubernetes turns `0.5` CPU into `500m` and fills in
+    /// defaults), for an object the comparison with the live copy suspects of drift. Only
+    /// suspects are confirmed, so a pass with no suspect asks nothing. Kubernetes: a
+    /// server-side dry run of the apply, compared with the live object. Default: true (SQLite,
+    /// etcd and memory store what they are given).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the backend cannot answer.
+    async fn confirm_drift(&self, declared: &Object, live: &Object) -> Result<bool> {
+        let _ = (declared, live);
+        Ok(true)
+    }
+
     /// What this backend promises where backends differ. Default: etcd's model, as SQLite,
     /// etcd and memory give it ([`Promises::ETCD_MODEL`]).
     fn promises(&self) -> Promises {
