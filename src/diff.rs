@@ -135,6 +135,11 @@ pub struct PlanOptions {
     pub prune: bool,
     /// Allow pruning everything the app owns when the desired set is empty.
     pub allow_empty: bool,
+    /// Stores that apply declared fields (Kubernetes): take over an existing object that is
+    /// not in the app's inventory even when it differs from Git, or carries another tool's
+    /// tracking label (`sync.adopt`). Off: such an object is a conflict, reported, not
+    /// written.
+    pub adopt: bool,
 }
 
 impl Default for PlanOptions {
@@ -142,6 +147,7 @@ impl Default for PlanOptions {
         Self {
             prune: true,
             allow_empty: false,
+            adopt: false,
         }
     }
 }
@@ -1262,6 +1268,7 @@ mod tests {
             PlanOptions {
                 prune: true,
                 allow_empty: true,
+                adopt: false,
             },
         );
         assert_eq!(allowed.summary().delete, 1);
@@ -1272,6 +1279,7 @@ mod tests {
             PlanOptions {
                 prune: false,
                 allow_empty: true,
+                adopt: false,
             },
         );
         assert!(

@@ -395,7 +395,9 @@ pub struct Request<'a> {
 pub struct Outcome {
     /// The plan that was executed (or would be, on a dry run). Unchanged steps included.
     pub plan: Plan,
-    /// Declared objects not applied because another app owns them: key → owner.
+    /// Declared objects not applied, with why, a phrase that follows "is": `also declared by
+    /// app web, which owns it`, or (stores that apply declared fields) `managed by Argo CD
+    /// (annotation argocd.argoproj.io/tracking-id); not adopted without sync.adopt`.
     pub conflicts: BTreeMap<ObjectKey, String>,
     /// The store revision of the commit, 0 when nothing was written.
     pub committed_revision: u64,
@@ -521,7 +523,10 @@ async fn attempt_sync(
         let index = Ownership::load(store).await?;
         desired.retain(|k, _| match index.other_owner(k, req.app) {
             Some(owner) if !inventory.entries.contains_key(*k) => {
-                conflicts.insert((*k).clone(), owner.to_string());
+                conflicts.insert(
+                    (*k).clone(),
+                    format!("also declared by app {owner}, which owns it"),
+                );
                 false
             }
             _ => true,
@@ -536,10 +541,41 @@ async fn attempt_sync(
         .into_iter()
         .collect();
     let live = store.get_many(&keys).await.map_err(Error::Store)?.objects;
+    // On a shared target (Kubernetes) an object may exist before the app declares it: it is
+    // taken over only when it already matches Git, or `sync.adopt` says so; never silently
+    // from another tool or another app's label.
+    if store.promises().server_side_apply {
+        desired.retain(|k, declared| {
+            if inventory.entries.contains_key(*k) {
+                return true;
+            }
+            let Some(found) = live.get(*k) else {
+                return true;
+            };
+            let manager = foreign_manager(found, req.app);
+            let matches = manager.is_none()
+                && diff::plan_one(k, declared, Some(found), None).action == Action::Unchanged;
+            if matches {
+                return true;
+            }
+            if req.options.adopt {
+                tracing::warn!(object = %k, managed_by = manager.as_deref().unwrap_or("nobody"), "Adopting an existing object (sync.adopt)");
+                return true;
+            }
+            let why = match manager {
+                Some(m) => format!("managed by {m}; not adopted without sync.adopt"),
+                None => "an existing object that differs from Git; not adopted without sync.adopt"
+                    .to_string(),
+            };
+            conflicts.insert((*k).clone(), why);
+            false
+        });
+    }
     // The empty-set guard looks at the whole desired set, not the scope.
     let options = PlanOptions {
         prune: req.options.prune,
         allow_empty: req.options.allow_empty || !req.desired.is_empty(),
+        adopt: req.options.adopt,
     };
     let mut plan = diff::plan(
         desired.iter().map(|(k, o)| (*k, *o)),
@@ -603,6 +639,19 @@ async fn attempt_sync(
                     writes.push(Write::Put {
                         object,
                         precondition: Precondition::matching(step.live.as_ref()),
+                    });
+                } else if step.action == Action::Unchanged
+                    && !req.dry_run
+                    && store.promises().server_side_apply
+                    && !inventory.entries.contains_key(&step.key)
+                {
+                    // Adopting an object that already matches: one apply claims it (the app's
+                    // label, driftless as the manager of the declared fields).
+                    let mut object = declared.clone();
+                    label(&mut object, req.app);
+                    writes.push(Write::Put {
+                        object,
+                        precondition: Precondition::matching(live.get(&step.key)),
                     });
                 }
                 if inventory.entries.get(&step.key) != Some(declared) {
@@ -810,6 +859,43 @@ async fn attempt_sync(
 
 /// Commits `inventory` with the `creates` of `next` added, and their claims in the ownership
 /// index, then points the inventory and index writes in `writes` at the versions it stored.
+/// Who else manages a live object, from the marks the GitOps tools leave: Argo CD's tracking
+/// annotation or instance label, Flux's Kustomization or HelmRelease labels, or another
+/// driftless app's label. `None` when none is there.
+fn foreign_manager(live: &Object, app: &str) -> Option<String> {
+    let meta = live.metadata();
+    let get = |map: &str, key: &str| {
+        meta.get(map)
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if let Some(owner) = get("labels", store::APP_LABEL)
+        && owner != app
+    {
+        return Some(format!(
+            "driftless app {owner} (label {})",
+            store::APP_LABEL
+        ));
+    }
+    for (map, key, tool) in [
+        ("annotations", "argocd.argoproj.io/tracking-id", "Argo CD"),
+        ("labels", "argocd.argoproj.io/instance", "Argo CD"),
+        ("labels", "kustomize.toolkit.fluxcd.io/name", "Flux"),
+        ("labels", "helm.toolkit.fluxcd.io/name", "Flux"),
+    ] {
+        if get(map, key).is_some() {
+            let kind = if map == "labels" {
+                "label"
+            } else {
+                "annotation"
+            };
+            return Some(format!("{tool} ({kind} {key})"));
+        }
+    }
+    None
+}
+
 /// Adds the owning app's label ([`store::APP_LABEL`]) to a declaration about to be applied by
 /// server-side apply.
 fn label(object: &mut Object, app: &str) {
@@ -1113,7 +1199,7 @@ mod tests {
             out.conflicts
                 .get(&cm("shared", "").key())
                 .map(String::as_str),
-            Some("first")
+            Some("also declared by app first, which owns it")
         );
         let live = store.get(&cm("shared", "").key()).await.unwrap().unwrap();
         assert_eq!(live.get("data"), Some(&json!({"v": "first"})));
@@ -1337,6 +1423,7 @@ mod tests {
         let prune = PlanOptions {
             prune: true,
             allow_empty: false,
+            adopt: false,
         };
         // A `driftless sync` read the inventory at b; then the agent applied c, which drops
         // `victim`.

@@ -678,3 +678,72 @@ async fn defaulted_and_normalized_kinds_are_not_drift_and_passes_write_nothing()
     );
     assert_eq!(agent.status().await["sync"], "Synced");
 }
+
+/// Objects that exist before the app declares them: one that already matches Git is adopted;
+/// one that differs, and one Argo CD tracks, are reported as conflicts and left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_objects_are_adopted_only_when_they_match_and_never_from_another_tool() {
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let by_hand = PatchParams::apply("kubectl");
+    for (name, extra) in [
+        ("same", json!({})),
+        ("differs", json!({"data": {"k": "hand"}})),
+        (
+            "tracked",
+            json!({"metadata": {"annotations": {"argocd.argoproj.io/tracking-id": "shop:/ConfigMap:default/tracked"}}}),
+        ),
+    ] {
+        let mut body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"k": "git"}});
+        if let Some(d) = extra.get("data") {
+            body["data"] = d.clone();
+        }
+        if let Some(m) = extra.get("metadata") {
+            body["metadata"]["annotations"] = m["annotations"].clone();
+        }
+        configmaps
+            .patch(name, &by_hand, &Patch::Apply(&body))
+            .await
+            .unwrap();
+    }
+    let repo = common::GitRepo::new();
+    for name in ["same", "differs", "tracked"] {
+        repo.write(
+            &format!("app/{name}.yaml"),
+            common::configmap(name, &[("k", "git")]),
+        );
+    }
+    repo.commit("three");
+    let agent = Agent::start(&cp, &repo, "1h");
+    agent
+        .wait("a conflict reported", 60, || async {
+            agent.status().await["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "OwnershipConflict"))
+        })
+        .await;
+    let label = |cm: &ConfigMap| {
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("driftless.io/app").cloned())
+    };
+    let same = configmaps.get("same").await.unwrap();
+    assert_eq!(label(&same).as_deref(), Some("guestbook"), "adopted");
+    let differs = configmaps.get("differs").await.unwrap();
+    assert_eq!(differs.data.as_ref().unwrap()["k"], "hand");
+    assert_eq!(label(&differs), None);
+    let tracked = configmaps.get("tracked").await.unwrap();
+    assert_eq!(label(&tracked), None);
+    let resources = agent.status().await["resources"].to_string();
+    assert!(
+        resources.contains("managed by Argo CD (annotation argocd.argoproj.io/tracking-id); not adopted without sync.adopt"),
+        "{resources}"
+    );
+    assert!(
+        resources.contains("an existing object that differs from Git; not adopted"),
+        "{resources}"
+    );
+}

@@ -171,6 +171,7 @@ pub(super) async fn diff_cmd(
                 options: diff::PlanOptions {
                     prune: app.sync.prune,
                     allow_empty: app.sync.allow_empty,
+                    adopt: app.sync.adopt,
                 },
                 dry_run: true,
                 inventory: None,
@@ -181,8 +182,8 @@ pub(super) async fn diff_cmd(
         .with_context(|| format!("app {name}"))?;
         println!("# app {name} at {}", fetched.revision);
         print!("{}", diff::render_plan(&outcome.plan));
-        for (key, owner) in &outcome.conflicts {
-            println!("! {key}: declared here but owned by app {owner}; not applied");
+        for (key, why) in &outcome.conflicts {
+            println!("! {key}: {why}; not applied");
         }
         let s = outcome.plan.summary();
         // A write held back (a delete `prune: false` keeps) is still a difference: the app

@@ -948,6 +948,7 @@ impl App {
             options: PlanOptions {
                 prune: self.cfg.sync.prune,
                 allow_empty: self.cfg.sync.allow_empty,
+                adopt: self.cfg.sync.adopt,
             },
             dry_run,
             inventory: self.inventory.as_ref(),
@@ -1146,7 +1147,7 @@ impl App {
                 ),
             );
         }
-        for (key, owner) in &outcome.conflicts {
+        for (key, why) in &outcome.conflicts {
             seen.insert(key.clone());
             let live = conflict_live.get(key);
             self.set_resource(
@@ -1156,7 +1157,7 @@ impl App {
                     version_of(key, live),
                     SyncStatus::OutOfSync,
                     health::assess(live, &self.health_rules),
-                    Some(format!("also declared by app {owner}, which owns it")),
+                    Some(why.clone()),
                 ),
             );
         }
@@ -1278,7 +1279,7 @@ impl App {
             self.conflicts
                 .iter()
                 .next()
-                .map(|(key, owner)| format!("cannot apply: {key} is also declared by app {owner}"))
+                .map(|(key, why)| format!("cannot apply: {key} is {why}"))
         });
         let rejected = match &self.problem {
             Some(Problem::Invalid { message, .. }) => Some(message.clone()),

@@ -274,14 +274,11 @@ pub fn compute(status: &mut AppStatus, facts: &Facts, clocks: &mut Clocks, now: 
         (false, Reason::PruneBlocked, format!("{message}{enforcing}"))
     } else if let Some(e) = facts.sync_error {
         (false, Reason::SyncFailed, format!("{e}{enforcing}"))
-    } else if let Some((key, owner)) = facts.conflicts.iter().next() {
+    } else if let Some((key, why)) = facts.conflicts.iter().next() {
         (
             false,
             Reason::OwnershipConflict,
-            format!(
-                "{key} is also declared by app {owner}, which owns it; {} conflict(s)",
-                facts.conflicts.len()
-            ),
+            format!("{key} is {why}; {} conflict(s)", facts.conflicts.len()),
         )
     } else if let Some(why) = facts.prune_blocked {
         (false, Reason::PruneBlocked, why.to_string())
@@ -906,7 +903,7 @@ mod tests {
         app.applied = Some(app.revision.clone());
         app.conflicts.insert(
             ObjectKey::new("", "ConfigMap", "default", "a"),
-            "other".into(),
+            "also declared by app other, which owns it".into(),
         );
         app.pass(1);
         assert_eq!(

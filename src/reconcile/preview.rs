@@ -386,6 +386,7 @@ impl Previews {
                 options: PlanOptions {
                     prune: true,
                     allow_empty: true,
+                    adopt: false,
                 },
                 dry_run: false,
                 inventory: Some(&inventory),
@@ -554,6 +555,7 @@ impl Previews {
             options: PlanOptions {
                 prune: self.cfg.sync.prune,
                 allow_empty: self.cfg.sync.allow_empty,
+                adopt: self.cfg.sync.adopt,
             },
             dry_run: true,
             inventory: Some(base),
@@ -652,6 +654,7 @@ impl Previews {
             options: PlanOptions {
                 prune: true,
                 allow_empty: true,
+                adopt: false,
             },
             dry_run: false,
             inventory: Some(&inventory),
@@ -676,10 +679,7 @@ impl Previews {
         for key in moved.keys() {
             let live = outcome.live.get(key);
             let (sync, message) = match outcome.conflicts.get(key) {
-                Some(owner) => (
-                    SyncStatus::OutOfSync,
-                    Some(format!("also declared by {owner}, which owns it")),
-                ),
+                Some(why) => (SyncStatus::OutOfSync, Some(why.clone())),
                 None if live.is_some() => (SyncStatus::Synced, None),
                 None => (SyncStatus::OutOfSync, Some("missing from the store".into())),
             };

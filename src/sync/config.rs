@@ -43,6 +43,12 @@ pub struct SyncConfig {
     /// Allow a sync whose desired set is empty to prune everything the app owns. Default false.
     #[serde(default)]
     pub allow_empty: bool,
+    /// Kubernetes: take over an existing object the app does not own yet even when it differs
+    /// from Git or carries Argo CD's or Flux's tracking label or annotation. Default false:
+    /// such an object is reported as a conflict and left alone; one that already matches Git
+    /// is adopted.
+    #[serde(default)]
+    pub adopt: bool,
     /// How long the app may stay Progressing, or not converge, before it is reported as
     /// failing (`Progressing=False`, `ProgressDeadlineExceeded`). Default `10m`.
     #[serde(default = "default_progress_deadline", deserialize_with = "duration")]
@@ -65,6 +71,7 @@ impl Default for SyncConfig {
             prune: true,
             self_heal: true,
             allow_empty: false,
+            adopt: false,
             progress_deadline: default_progress_deadline(),
             stale_after: None,
             retry: RetryConfig::default(),
