@@ -897,6 +897,33 @@ fn validate_sync(sync: &SyncConfig, i: usize, invalid: Invalid<'_>) -> Result<()
             ),
         ));
     }
+    for (r, rule) in sync.ignore.iter().enumerate() {
+        if rule.paths.value.is_empty() {
+            return Err(invalid(
+                &rule.paths.referenced,
+                field(&format!("ignore[{r}].paths")),
+                "name at least one field, e.g. `/spec/replicas`".into(),
+            ));
+        }
+        for (p, pointer) in rule.paths.value.iter().enumerate() {
+            if let Some(why) = crate::ignore::path_error(&pointer.value) {
+                return Err(invalid(
+                    &pointer.referenced,
+                    field(&format!("ignore[{r}].paths[{p}]")),
+                    format!("`{}`: {why}", pointer.value),
+                ));
+            }
+        }
+        if let Some(s) = rule.target.as_ref().and_then(|t| t.label_selector.as_ref())
+            && let Some(why) = crate::ignore::selector_error(&s.value)
+        {
+            return Err(invalid(
+                &s.referenced,
+                field(&format!("ignore[{r}].target.labelSelector")),
+                why,
+            ));
+        }
+    }
     for (w, window) in sync.windows.iter().enumerate() {
         let wf = |f: &str| field(&format!("windows[{w}].{f}"));
         let fields = window.schedule.value.split_whitespace().count();
@@ -1541,6 +1568,18 @@ mod tests {
         assert!(
             tz.contains("timeZone: `Mars/Olympus` is not an IANA time zone"),
             "{tz}"
+        );
+        let ignore = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    ignore:\n      - paths: [/spec/replicas]\n        target: {kind: Deployment, labelSelector: app=web}\n      - paths: [spec.replicas]\n").unwrap_err().to_string();
+        assert!(
+            ignore.contains(
+                ":8:17: apps[0].sync.ignore[1].paths[0]: `spec.replicas`: a JSON pointer"
+            ),
+            "{ignore}"
+        );
+        let ok = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    ignore: [{paths: [/spec/replicas], target: {kind: Deployment}}]\n").unwrap();
+        assert_eq!(
+            ok.config.apps[0].sync.ignore[0].paths.value[0].value,
+            "/spec/replicas"
         );
         let cel = parse_str("health:\n- kind: Widget\n  healthy: \"status.phase ==\"\n")
             .unwrap_err()

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod diff;
 pub mod health;
+pub mod ignore;
 pub mod manifest;
 pub mod metrics;
 pub mod object;

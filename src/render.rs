@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::AppConfig;
+use crate::ignore::{self, IgnoreRule};
 use crate::manifest::{self, DesiredSet, FileResult};
 use crate::object::Revision;
 use crate::source::{self, Files, GitCache};
@@ -62,6 +63,8 @@ pub struct Render {
     options: manifest::Options,
     /// Each file of the newest tree parsed, by (path, blob id).
     parsed: HashMap<(String, String), Arc<FileResult>>,
+    /// Fields taken out of the declarations (`sync.ignore`).
+    ignore: Vec<IgnoreRule>,
 }
 
 impl Render {
@@ -74,13 +77,16 @@ impl Render {
                 default_namespace: default_namespace.to_string(),
             },
             parsed: HashMap::new(),
+            ignore: Vec::new(),
         }
     }
 
     /// The render stage of an app: its renderer and its target namespace
     /// (`apps[].target.namespace`).
     pub fn for_app(cfg: &AppConfig) -> Self {
-        Self::new(Renderer::for_app(cfg), &cfg.target.namespace.value)
+        let mut render = Self::new(Renderer::for_app(cfg), &cfg.target.namespace.value);
+        render.ignore = cfg.sync.ignore.clone();
+        render
     }
 
     /// Reads the files of `cfg`'s path at `revision` that the renderer wants from the Git
@@ -126,9 +132,17 @@ impl Render {
     /// whose (path, blob id) were rendered before are not parsed again; the cache then keeps
     /// the files of this tree only. Files without a blob id (read from disk) are always parsed.
     pub fn render(&mut self, files: Files) -> DesiredSet {
-        match self.renderer {
+        let mut set = match self.renderer {
             Renderer::Plain => self.plain(files),
+        };
+        // What another writer owns (`sync.ignore`) is not Git's: out of the declaration
+        // before anything compares or applies it.
+        if !self.ignore.is_empty() {
+            for (key, declared) in &mut set.objects {
+                ignore::strip(key, &mut declared.object, &self.ignore);
+            }
         }
+        set
     }
 
     fn plain(&mut self, mut files: Files) -> DesiredSet {

@@ -285,12 +285,17 @@ struct Agent {
 
 impl Agent {
     fn start(cp: &ControlPlane, repo: &common::GitRepo, interval: &str) -> Agent {
+        Self::start_with(cp, repo, interval, "")
+    }
+
+    /// [`Agent::start`] with more lines for the app (indented under it, e.g. `    sync: ...`).
+    fn start_with(cp: &ControlPlane, repo: &common::GitRepo, interval: &str, app: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let port = common::free_port();
         std::fs::write(
             dir.path().join("driftless.yaml"),
             format!(
-                "store:\n  kubernetes: {{kubeconfig: {}}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n",
+                "store:\n  kubernetes: {{kubeconfig: {}}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n{app}",
                 cp.kubeconfig.display(),
                 repo.url()
             ),
@@ -745,5 +750,77 @@ async fn existing_objects_are_adopted_only_when_they_match_and_never_from_anothe
     assert!(
         resources.contains("an existing object that differs from Git; not adopted"),
         "{resources}"
+    );
+}
+
+/// `sync.ignore`: a Deployment under an HPA declares `replicas`, the rule gives that field to
+/// the HPA: the autoscaler's change (another field manager) stays, while a change to a field
+/// Git owns is still reverted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_enforced() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write("app/kinds.yaml", KINDS);
+    repo.commit("kinds");
+    let agent = Agent::start_with(
+        &cp,
+        &repo,
+        "1s",
+        "    sync:\n      ignore:\n        - paths: [/spec/replicas]\n          target: {group: apps, kind: Deployment}\n",
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    agent
+        .wait("Synced", 60, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    // The autoscaler scales (as kube-controller-manager would, through the scale subresource's
+    // field), and someone edits the image.
+    let hpa = PatchParams {
+        field_manager: Some("kube-controller-manager".into()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
+        .await
+        .unwrap();
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch(
+            "web",
+            &edit,
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:evil"}]}}}})),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("the image reverted", 20, || async {
+            let d = deployments.get("web").await.unwrap();
+            d.spec.template.spec.unwrap().containers[0]
+                .image
+                .as_deref()
+                == Some("nginx:1.27")
+        })
+        .await;
+    // Passes go on (the interval is 1 s): the replicas stay the autoscaler's.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let d = deployments.get("web").await.unwrap();
+    assert_eq!(d.spec.replicas, Some(5), "{}", agent.log());
+    let owned_by_driftless = d
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("driftless"))
+        .map(|m| serde_json::to_string(&m.fields_v1).unwrap())
+        .unwrap();
+    assert!(
+        !owned_by_driftless.contains("f:replicas"),
+        "driftless does not manage the ignored field: {owned_by_driftless}"
     );
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::ignore::IgnoreRule;
 use crate::window::WindowConfig;
 use crate::yaml::{duration, opt_duration, unspanned};
 
@@ -60,6 +61,10 @@ pub struct SyncConfig {
     /// Backoff of failed syncs.
     #[serde(default)]
     pub retry: RetryConfig,
+    /// Fields another writer owns (an HPA's `spec.replicas`): taken out of the declarations,
+    /// never drift, never reverted, as Flux's `driftIgnoreRules`.
+    #[serde(default)]
+    pub ignore: Vec<IgnoreRule>,
     /// Sync windows: when automatic applies and drift reverts may run.
     #[serde(default)]
     pub windows: Vec<WindowConfig>,
@@ -75,6 +80,7 @@ impl Default for SyncConfig {
             progress_deadline: default_progress_deadline(),
             stale_after: None,
             retry: RetryConfig::default(),
+            ignore: Vec::new(),
             windows: Vec::new(),
         }
     }
