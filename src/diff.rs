@@ -738,6 +738,59 @@ fn quantity(v: &Value) -> Option<(i128, i32)> {
     Some((sign * mantissa, exponent))
 }
 
+/// Who last changed the field at `path` (a path of [`Change::path`]: `data.k`,
+/// `spec.template.spec.containers[name=web].image`), from the live object's
+/// `metadata.managedFields` (Kubernetes' field ownership: each entry names a `manager`, its
+/// `operation` and `time`, and the fields it set in `fieldsV1`, where `f:<field>` is a field
+/// and `k:{"name":"web"}` a list item by key). Managers in `except` (driftless's own) are
+/// skipped; of the rest, the one with the latest `time` that owns the field or one of its
+/// parents wins. `(manager, time)`; `None` when nothing names it (no managedFields: SQLite,
+/// etcd; or a list item addressed by index).
+pub fn who_changed(live: &Object, path: &str, except: &[&str]) -> Option<(String, String)> {
+    let entries = live.metadata().get("managedFields")?.as_array()?;
+    let mut keys: Vec<String> = Vec::new();
+    for segment in path.split('.') {
+        match segment.split_once('[') {
+            Some((field, item)) => {
+                keys.push(format!("f:{field}"));
+                let item = item.strip_suffix(']')?;
+                let (k, v) = item.split_once('=')?;
+                keys.push(format!("k:{}", serde_json::json!({ k: v })));
+            }
+            None => keys.push(format!("f:{segment}")),
+        }
+    }
+    let mut best: Option<(String, String)> = None;
+    for e in entries {
+        let manager = e.get("manager").and_then(Value::as_str).unwrap_or_default();
+        if except.contains(&manager) {
+            continue;
+        }
+        let mut here = e.get("fieldsV1")?;
+        let mut owns = false;
+        for k in &keys {
+            match here.get(k) {
+                Some(next) => {
+                    here = next;
+                    owns = true;
+                }
+                None => {
+                    owns = false;
+                    break;
+                }
+            }
+        }
+        if !owns {
+            continue;
+        }
+        let time = e.get("time").and_then(Value::as_str).unwrap_or_default();
+        if best.as_ref().is_none_or(|(_, t)| time > t.as_str()) {
+            best = Some((manager.to_string(), time.to_string()));
+        }
+    }
+    best
+}
+
 /// The apply order of kinds, after Helm's install order: namespaces, policies, accounts,
 /// config, storage, CRDs, RBAC, services, workloads, then everything else.
 fn kind_rank(kind: &str) -> usize {
@@ -975,6 +1028,45 @@ mod tests {
             plan_one(&declared.key(), &declared, Some(&live), None).action,
             Action::Unchanged
         );
+    }
+
+    #[test]
+    fn who_changed_a_field_comes_from_managed_fields_latest_first() {
+        let live = obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "managedFields": [
+            {"manager": "driftless", "operation": "Apply", "time": "2026-12-02T10:00:00Z",
+             "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                 "k:{\"name\":\"web\"}": {".": {}, "f:image": {}}}}}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "time": "2026-12-02T10:05:00Z",
+             "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                 "k:{\"name\":\"web\"}": {"f:image": {}}}}}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-12-02T10:01:00Z",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+        ]}}));
+        assert_eq!(
+            who_changed(
+                &live,
+                "spec.template.spec.containers[name=web].image",
+                &["driftless"]
+            ),
+            Some(("kubectl-edit".into(), "2026-12-02T10:05:00Z".into()))
+        );
+        assert_eq!(
+            who_changed(&live, "spec.replicas", &["driftless"])
+                .unwrap()
+                .0,
+            "kube-controller-manager"
+        );
+        assert_eq!(who_changed(&live, "spec.paused", &["driftless"]), None);
+        assert_eq!(
+            who_changed(
+                &live,
+                "spec.replicas",
+                &["driftless", "kube-controller-manager"]
+            ),
+            None
+        );
+        assert_eq!(who_changed(&cm(json!({"k": "1"})), "data.k", &[]), None);
     }
 
     #[test]

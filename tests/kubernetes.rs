@@ -256,6 +256,26 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Who drifted: the revert names the manager from managedFields, in the log and in the
+        // object's status.
+        agent
+            .wait("the revert named who", 10, || async {
+                agent.log().contains("changed_by=kubectl-edit at ")
+            })
+            .await;
+        let resources = agent.status().await["resources"].clone();
+        let settings = resources
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "settings")
+            .unwrap();
+        assert!(
+            settings["message"].as_str().is_some_and(|m| m
+                .starts_with("applied over changes by kubectl-edit at ")
+                && m.ends_with(": data.mode")),
+            "{settings}"
+        );
 
         // A deleted object is recreated.
         services
@@ -801,10 +821,7 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
     agent
         .wait("the image reverted", 20, || async {
             let d = deployments.get("web").await.unwrap();
-            d.spec.template.spec.unwrap().containers[0]
-                .image
-                .as_deref()
-                == Some("nginx:1.27")
+            d.spec.template.spec.unwrap().containers[0].image.as_deref() == Some("nginx:1.27")
         })
         .await;
     // Passes go on (the interval is 1 s): the replicas stay the autoscaler's.

@@ -997,7 +997,15 @@ impl App {
                 .filter(|s| s.action != Step::Unchanged && s.skipped.is_none())
             {
                 let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
-                tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted");
+                let by = self.changed_by(step);
+                match by.first() {
+                    Some(who) => {
+                        tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, changed_by = %who, "Drift reverted")
+                    }
+                    None => {
+                        tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, "Drift reverted")
+                    }
+                }
                 if let Some(hold) =
                     self.fights
                         .reverted(&step.key, fields.clone(), std::time::Instant::now())
@@ -1098,6 +1106,23 @@ impl App {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
                 (Step::Unchanged, _) => (SyncStatus::Synced, None),
+                (Step::Update, None) if !dry_run => {
+                    let by = self.changed_by(step);
+                    let message = (!by.is_empty()).then(|| {
+                        let fields: Vec<&str> = step
+                            .changes
+                            .iter()
+                            .map(|c| c.path.as_str())
+                            .take(5)
+                            .collect();
+                        format!(
+                            "applied over changes by {}: {}",
+                            by.join(", "),
+                            fields.join(", ")
+                        )
+                    });
+                    (SyncStatus::Synced, message)
+                }
                 (Step::Create | Step::Update, None) if !dry_run => (SyncStatus::Synced, None),
                 (Step::Create, why) => (
                     SyncStatus::OutOfSync,
@@ -1113,7 +1138,11 @@ impl App {
                         .map(|c| c.path.as_str())
                         .take(5)
                         .collect();
-                    let fields = fields.join(", ");
+                    let mut fields = fields.join(", ");
+                    let by = self.changed_by(step);
+                    if !by.is_empty() {
+                        fields = format!("{fields} (changed by {})", by.join(", "));
+                    }
                     (
                         SyncStatus::OutOfSync,
                         Some(match why {
@@ -1183,6 +1212,28 @@ impl App {
                 self.conflicts.extend(outcome.conflicts.clone());
             }
         }
+    }
+
+    /// Who changed the fields a step reverts, from the live object's field ownership (the
+    /// Kubernetes target's `managedFields`): `manager at time`, newest first, one per manager.
+    /// Empty when the store keeps no such record (SQLite, etcd).
+    fn changed_by(&self, step: &crate::diff::Step) -> Vec<String> {
+        let Some(live) = step.live.as_ref() else {
+            return Vec::new();
+        };
+        let ours: Vec<&str> = self.store.field_manager().into_iter().collect();
+        let mut found: Vec<(String, String)> = step
+            .changes
+            .iter()
+            .filter_map(|c| crate::diff::who_changed(live, &c.path, &ours))
+            .collect();
+        found.sort_by(|a, b| b.1.cmp(&a.1));
+        let mut seen = BTreeSet::new();
+        found
+            .into_iter()
+            .filter(|(m, _)| seen.insert(m.clone()))
+            .map(|(m, t)| format!("{m} at {t}"))
+            .collect()
     }
 
     fn set_resource(&mut self, key: ObjectKey, r: ResourceStatus) {

@@ -636,14 +636,11 @@ fn record_from(key: &ObjectKey, cm: &DynamicObject) -> Result<Object> {
     Ok(object)
 }
 
-/// A live object as the core reads it: `managedFields` left out (it can be larger than the
-/// object, and says only who set what).
+/// A live object as the core reads it, `managedFields` included (who set which field: named
+/// with a revert; the comparison never looks at it).
 fn to_object(key: &ObjectKey, o: DynamicObject) -> Result<Object> {
     parse_rv(o.metadata.resource_version.as_deref())?;
-    let mut value = serde_json::to_value(o).map_err(|e| backend("read", e))?;
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
+    let value = serde_json::to_value(o).map_err(|e| backend("read", e))?;
     Object::from_value(value).map_err(|e| Error::Corrupt {
         key: key.clone(),
         source: Box::new(e),
@@ -880,6 +877,10 @@ impl Store for KubeStore {
 
     fn backend(&self) -> &'static str {
         "kubernetes"
+    }
+
+    fn field_manager(&self) -> Option<&str> {
+        Some(&self.inner.options.field_manager)
     }
 
     fn commits_atomically(&self, writes: &[Write]) -> bool {

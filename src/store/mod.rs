@@ -411,6 +411,12 @@ pub trait Store: Send + Sync + 'static {
         Ok(true)
     }
 
+    /// The field manager of this backend's writes, when it records field ownership
+    /// (Kubernetes `managedFields`): left out when naming who changed a field. Default: none.
+    fn field_manager(&self) -> Option<&str> {
+        None
+    }
+
     /// What this backend promises where backends differ. Default: etcd's model, as SQLite,
     /// etcd and memory give it ([`Promises::ETCD_MODEL`]).
     fn promises(&self) -> Promises {
