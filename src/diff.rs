@@ -140,6 +140,10 @@ pub struct PlanOptions {
     /// tracking label (`sync.adopt`). Off: such an object is a conflict, reported, not
     /// written.
     pub adopt: bool,
+    /// Stores that apply declared fields (Kubernetes): prune a Namespace or a
+    /// CustomResourceDefinition even while it holds objects the app does not own, which go
+    /// with it (`sync.pruneNonEmpty`). Off: such a prune is held and reported.
+    pub prune_non_empty: bool,
 }
 
 impl Default for PlanOptions {
@@ -148,6 +152,7 @@ impl Default for PlanOptions {
             prune: true,
             allow_empty: false,
             adopt: false,
+            prune_non_empty: false,
         }
     }
 }
@@ -1361,6 +1366,7 @@ mod tests {
                 prune: true,
                 allow_empty: true,
                 adopt: false,
+                prune_non_empty: false,
             },
         );
         assert_eq!(allowed.summary().delete, 1);
@@ -1372,6 +1378,7 @@ mod tests {
                 prune: false,
                 allow_empty: true,
                 adopt: false,
+                prune_non_empty: false,
             },
         );
         assert!(

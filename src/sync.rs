@@ -576,6 +576,7 @@ async fn attempt_sync(
         prune: req.options.prune,
         allow_empty: req.options.allow_empty || !req.desired.is_empty(),
         adopt: req.options.adopt,
+        prune_non_empty: req.options.prune_non_empty,
     };
     let mut plan = diff::plan(
         desired.iter().map(|(k, o)| (*k, *o)),
@@ -673,6 +674,28 @@ async fn attempt_sync(
                     step.skipped = Some(format!("owned by app {owner}, which declares it"));
                     updates.push((step.key.clone(), None));
                     continue;
+                }
+                // Deleting a Namespace or a CRD deletes what it holds: held while that
+                // includes objects the app does not own (or cannot be listed).
+                if store.promises().server_side_apply
+                    && !req.options.prune_non_empty
+                    && let Some(live) = step.live.as_ref()
+                {
+                    let owned: BTreeSet<ObjectKey> = inventory.entries.keys().cloned().collect();
+                    let held = match store.holds_others(live, &owned).await {
+                        Ok(None) => None,
+                        Ok(Some(what)) => Some(format!(
+                            "{what}; set sync.pruneNonEmpty: true to prune it anyway"
+                        )),
+                        Err(e) => Some(format!(
+                            "cannot list what it holds: {}",
+                            store::error_chain(&e)
+                        )),
+                    };
+                    if let Some(why) = held {
+                        step.skipped = Some(why);
+                        continue;
+                    }
                 }
                 writes.push(Write::Delete {
                     key: step.key.clone(),
@@ -1424,6 +1447,7 @@ mod tests {
             prune: true,
             allow_empty: false,
             adopt: false,
+            prune_non_empty: false,
         };
         // A `driftless sync` read the inventory at b; then the agent applied c, which drops
         // `victim`.

@@ -841,3 +841,90 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
         "driftless does not manage the ignored field: {owned_by_driftless}"
     );
 }
+
+/// Prune on a cluster: an object whose file is removed is deleted; an object never in the
+/// inventory is not; a Namespace that holds an object the app does not own is not pruned (it
+/// would take that object with it), and says why; an empty revision prunes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_deletes_what_the_app_owns_and_holds_a_namespace_with_foreign_objects() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/shop.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: prices\n  namespace: shop\n",
+    );
+    repo.write("app/gone.yaml", common::configmap("gone", &[("k", "1")]));
+    repo.write("app/kept.yaml", common::configmap("kept", &[("k", "1")]));
+    repo.commit("three");
+    let agent = Agent::start(&cp, &repo, "1s");
+    let default: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let shop: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    agent
+        .wait("Synced", 60, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    // Objects the app does not own: one in the app's Namespace, one beside its objects.
+    let by_hand = PatchParams::apply("kubectl");
+    for (api, name) in [(&shop, "foreign"), (&default, "bystander")] {
+        api.patch(
+            name,
+            &by_hand,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    repo.remove("app/shop.yaml");
+    repo.remove("app/gone.yaml");
+    repo.commit("drop the shop and gone");
+    agent
+        .wait("the removed objects pruned", 30, || async {
+            default.get_opt("gone").await.unwrap().is_none()
+        })
+        .await;
+    let said = agent.log();
+    assert!(default.get_opt("gone").await.unwrap().is_none(), "{said}");
+    assert!(shop.get_opt("prices").await.unwrap().is_none(), "{said}");
+    assert!(default.get_opt("kept").await.unwrap().is_some());
+    assert!(default.get_opt("bystander").await.unwrap().is_some());
+    assert!(shop.get_opt("foreign").await.unwrap().is_some());
+    let ns = namespaces.get("shop").await.unwrap();
+    assert!(
+        ns.metadata.deletion_timestamp.is_none(),
+        "not pruned: {said}"
+    );
+    let st = serde_json::json!({"apps": [agent.status().await]});
+    let held = st["apps"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "Namespace")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        held["message"],
+        "no longer in Git; not pruned: Namespace shop holds 1 object(s) the app does not own (ConfigMap shop/foreign); set sync.pruneNonEmpty: true to prune it anyway",
+        "{said}"
+    );
+
+    // A revision that declares nothing prunes nothing (allowEmpty is off).
+    repo.remove("app/kept.yaml");
+    repo.write("app/README.md", "nothing here");
+    repo.commit("empty");
+    agent
+        .wait("the empty revision refused", 30, || async {
+            agent
+                .status()
+                .await
+                .to_string()
+                .contains("declares no objects")
+        })
+        .await;
+    assert!(default.get_opt("kept").await.unwrap().is_some());
+}

@@ -172,6 +172,7 @@ pub(super) async fn diff_cmd(
                     prune: app.sync.prune,
                     allow_empty: app.sync.allow_empty,
                     adopt: app.sync.adopt,
+                    prune_non_empty: app.sync.prune_non_empty,
                 },
                 dry_run: true,
                 inventory: None,

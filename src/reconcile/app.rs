@@ -949,6 +949,7 @@ impl App {
                 prune: self.cfg.sync.prune,
                 allow_empty: self.cfg.sync.allow_empty,
                 adopt: self.cfg.sync.adopt,
+                prune_non_empty: self.cfg.sync.prune_non_empty,
             },
             dry_run,
             inventory: self.inventory.as_ref(),

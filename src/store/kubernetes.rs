@@ -879,6 +879,88 @@ impl Store for KubeStore {
         "kubernetes"
     }
 
+    async fn holds_others(
+        &self,
+        container: &Object,
+        owned: &BTreeSet<ObjectKey>,
+    ) -> Result<Option<String>> {
+        let key = container.key();
+        // (resource, namespace to list in) of what the container holds.
+        let mut lists: Vec<(ApiResource, Option<String>)> = Vec::new();
+        if is_crd(&key) {
+            let spec = container.get("spec");
+            let group = spec.and_then(|s| s.get("group")).and_then(Value::as_str);
+            let kind = spec
+                .and_then(|s| s.pointer("/names/kind"))
+                .and_then(Value::as_str);
+            if let (Some(g), Some(k)) = (group, kind)
+                && let Some(r) = self.find(g, k).await?
+            {
+                lists.push((r.api, None));
+            }
+        } else if key.group.is_empty() && key.kind == "Namespace" {
+            let discovery = kube::Discovery::new(self.inner.client.clone())
+                .run()
+                .await
+                .map_err(|e| backend("discovery", e))?;
+            for group in discovery.groups() {
+                for (api, caps) in group.recommended_resources() {
+                    let skip = api.kind == "Event"
+                        || caps.scope != Scope::Namespaced
+                        || !caps.supports_operation(kube::discovery::verbs::LIST);
+                    if !skip {
+                        lists.push((api, Some(key.name.clone())));
+                    }
+                }
+            }
+        } else {
+            return Ok(None);
+        }
+        let mut others: Vec<ObjectKey> = Vec::new();
+        for (api, namespace) in lists {
+            let client: Api<DynamicObject> = match &namespace {
+                Some(ns) => Api::namespaced_with(self.inner.client.clone(), ns, &api),
+                None => Api::all_with(self.inner.client.clone(), &api),
+            };
+            let list = client
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| backend("list", e))?;
+            for o in list.items {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let kept_by_the_server = (api.kind == "ConfigMap" && name == "kube-root-ca.crt")
+                    || (api.kind == "ServiceAccount" && name == "default");
+                if kept_by_the_server
+                    || o.metadata
+                        .owner_references
+                        .as_ref()
+                        .is_some_and(|r| !r.is_empty())
+                {
+                    continue;
+                }
+                let k = ObjectKey::new(
+                    &api.group,
+                    &api.kind,
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    &name,
+                );
+                if !owned.contains(&k) {
+                    others.push(k);
+                }
+            }
+        }
+        if others.is_empty() {
+            return Ok(None);
+        }
+        let named: Vec<String> = others.iter().take(3).map(ToString::to_string).collect();
+        Ok(Some(format!(
+            "{key} holds {} object(s) the app does not own ({}{})",
+            others.len(),
+            named.join(", "),
+            if others.len() > 3 { ", ..." } else { "" }
+        )))
+    }
+
     fn field_manager(&self) -> Option<&str> {
         Some(&self.inner.options.field_manager)
     }

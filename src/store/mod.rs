@@ -411,6 +411,25 @@ pub trait Store: Send + Sync + 'static {
         Ok(true)
     }
 
+    /// What a container object holds that is not in `owned`: for a Namespace, the objects in
+    /// it; for a CustomResourceDefinition, the custom resources of its kind. Deleting the
+    /// container deletes them, so a prune is held while this names any (up to a few, and how
+    /// many in all). Objects the API server itself keeps in every Namespace
+    /// (`kube-root-ca.crt`, the `default` ServiceAccount), Events, and objects owned through
+    /// `ownerReferences` are not counted. Default: nothing (SQLite, etcd: no containers).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when a listing fails: the caller must then hold the prune.
+    async fn holds_others(
+        &self,
+        container: &Object,
+        owned: &std::collections::BTreeSet<ObjectKey>,
+    ) -> Result<Option<String>> {
+        let _ = (container, owned);
+        Ok(None)
+    }
+
     /// The field manager of this backend's writes, when it records field ownership
     /// (Kubernetes `managedFields`): left out when naming who changed a field. Default: none.
     fn field_manager(&self) -> Option<&str> {

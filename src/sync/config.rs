@@ -50,6 +50,11 @@ pub struct SyncConfig {
     /// is adopted.
     #[serde(default)]
     pub adopt: bool,
+    /// Kubernetes: prune a Namespace or a CustomResourceDefinition the app no longer declares
+    /// even while it holds objects the app does not own (deleting it deletes them all).
+    /// Default false: that prune is held, and the app says what the Namespace or CRD holds.
+    #[serde(default)]
+    pub prune_non_empty: bool,
     /// How long the app may stay Progressing, or not converge, before it is reported as
     /// failing (`Progressing=False`, `ProgressDeadlineExceeded`). Default `10m`.
     #[serde(default = "default_progress_deadline", deserialize_with = "duration")]
@@ -77,6 +82,7 @@ impl Default for SyncConfig {
             self_heal: true,
             allow_empty: false,
             adopt: false,
+            prune_non_empty: false,
             progress_deadline: default_progress_deadline(),
             stale_after: None,
             retry: RetryConfig::default(),
