@@ -928,3 +928,48 @@ async fn prune_deletes_what_the_app_owns_and_holds_a_namespace_with_foreign_obje
         .await;
     assert!(default.get_opt("kept").await.unwrap().is_some());
 }
+
+/// `scripts/kube-up`, the README's way to try the Kubernetes target without a cluster, starts
+/// an API server that answers with the kubeconfig it writes, and stops it on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_up_script_starts_a_local_api_server_the_agent_can_use() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-up");
+    let mut child = std::process::Command::new(&script)
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let kubeconfig = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("export KUBECONFIG=").map(PathBuf::from))
+    })
+    .await
+    .unwrap()
+    .expect("kube-up prints the KUBECONFIG to export");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.minor, "37");
+    // SIGTERM stops the script and both servers.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client.apiserver_version().await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API server still answers"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
