@@ -277,6 +277,32 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
             "{settings}"
         );
 
+        // The store commands read the cluster: kinds by kubectl's names, through discovery.
+        let cli = |args: &[&str]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+                .arg("-c")
+                .arg(agent.config())
+                .args(args)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        let (code, out, err) = cli(&["store", "list", "deploy"]);
+        assert_eq!(code, Some(0), "{err}");
+        for name in ["frontend", "redis-master", "redis-replica"] {
+            assert!(out.contains(name), "{out}");
+        }
+        let (code, out, err) = cli(&["store", "get", "cm", "settings", "-o", "json"]);
+        assert_eq!(code, Some(0), "{err}");
+        let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(got["data"]["mode"], "blue");
+        let (code, _, _) = cli(&["store", "get", "cm", "nothing-here"]);
+        assert_eq!(code, Some(1));
+
         // A deleted object is recreated.
         services
             .delete("redis-master", &Default::default())
@@ -770,6 +796,41 @@ async fn existing_objects_are_adopted_only_when_they_match_and_never_from_anothe
     assert!(
         resources.contains("an existing object that differs from Git; not adopted"),
         "{resources}"
+    );
+
+    // After a restart the conflicts are still there: the revision is read again, not taken
+    // from the inventory (which holds only what was applied).
+    let config = agent.config();
+    let kept = tempfile::tempdir().unwrap();
+    std::fs::copy(&config, kept.path().join("driftless.yaml")).unwrap();
+    drop(agent);
+    let diff = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(kept.path().join("driftless.yaml"))
+        .arg("diff")
+        .current_dir(kept.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "a conflict is a difference: {}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    let again = Agent::start(&cp, &repo, "1h");
+    again
+        .wait("the conflicts reported after a restart", 60, || async {
+            let st = again.status().await;
+            st["sync"] == "OutOfSync"
+                && st["resources"]
+                    .to_string()
+                    .contains("managed by Argo CD (annotation argocd.argoproj.io/tracking-id)")
+        })
+        .await;
+    assert!(
+        !again.log().contains("New revision"),
+        "the revision in force is read again, not applied as new:\n{}",
+        again.log()
     );
 }
 

@@ -16,7 +16,7 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
         return open_etcd_store(cfg).await;
     }
     if cfg.config.store.kubernetes.is_some() {
-        return open_kubernetes_store(cfg).await;
+        return open_kubernetes_store(cfg, true).await;
     }
     let path = cfg
         .sqlite_path()
@@ -34,16 +34,17 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 #[cfg(not(feature = "kubernetes"))]
-async fn open_kubernetes_store(_cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_kubernetes_store(_cfg: &Loaded, _create: bool) -> anyhow::Result<Arc<dyn Store>> {
     bail!(
         "store.kubernetes: this driftless was built without Kubernetes support; build it with `cargo build --release --features kubernetes`"
     )
 }
 
 /// Connects to the API server of `store.kubernetes` (see [`config::KubernetesConfig`] for
-/// where the kubeconfig comes from) and makes sure the records' namespace exists.
+/// where the kubeconfig comes from); with `create`, makes sure the records' namespace exists
+/// (reading commands do not create it).
 #[cfg(feature = "kubernetes")]
-async fn open_kubernetes_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_kubernetes_store(cfg: &Loaded, create: bool) -> anyhow::Result<Arc<dyn Store>> {
     use crate::store::kubernetes::{KubeStore, Options};
     let k = &cfg
         .config
@@ -64,12 +65,12 @@ async fn open_kubernetes_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     };
     let config = match (&k.kubeconfig, &k.context) {
         (Some(path), _) => {
-            let file = kube::config::Kubeconfig::read_from(path).with_context(|| {
-                format!(
-                    "{}: store.kubernetes.kubeconfig: cannot read {}",
-                    cfg.path.display(),
-                    path.display()
-                )
+            let field = format!("{}: store.kubernetes.kubeconfig", cfg.path.display());
+            std::fs::metadata(path)
+                .map_err(|e| anyhow::anyhow!("{field}: cannot read {}: {e}", path.display()))?;
+            // read_from resolves the file's relative certificate paths against its folder.
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                anyhow::anyhow!("{field}: {} is not a kubeconfig: {e}", path.display())
             })?;
             kube::Config::from_custom_kubeconfig(file, &options)
                 .await
@@ -93,6 +94,7 @@ async fn open_kubernetes_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
             field_manager: k.field_manager.value.clone(),
             namespace: k.namespace.value.clone(),
             force: k.force,
+            create_namespace: create,
         },
     )
     .await
@@ -327,7 +329,10 @@ pub(super) async fn wait_for_store(store: &Arc<dyn Store>) -> anyhow::Result<boo
 ///
 /// When the store exists but cannot be opened.
 pub(super) async fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
-    // etcd and Kubernetes: a server, nothing to create by opening it.
+    // etcd and Kubernetes: a server; nothing is created by opening it.
+    if cfg.config.store.kubernetes.is_some() {
+        return open_kubernetes_store(cfg, false).await;
+    }
     let Some(path) = cfg.sqlite_path() else {
         return open_store(cfg).await;
     };

@@ -38,7 +38,7 @@ pub(super) async fn wait_cmd(
     let mut last = String::from("no status recorded yet");
     loop {
         if store.is_none() && cfg.sqlite_path().is_none_or(Path::exists) {
-            store = Some(open_store(&cfg).await?);
+            store = Some(open_existing_store(&cfg).await?);
         }
         if let Some(s) = &store {
             match status::read(s.as_ref(), app).await {

@@ -135,7 +135,12 @@ pub(super) async fn diff_cmd(
     app: Option<String>,
     revision: Option<String>,
 ) -> anyhow::Result<u8> {
-    let store = open_store(&cfg).await?;
+    // A diff writes nothing; on a cluster it does not create the records' namespace either.
+    let store = if cfg.config.store.kubernetes.is_some() {
+        open_existing_store(&cfg).await?
+    } else {
+        open_store(&cfg).await?
+    };
     let git = git_cache(&cfg)?;
     let mut changes = false;
     for app in selected_apps(&cfg, app.as_deref())? {
@@ -190,6 +195,8 @@ pub(super) async fn diff_cmd(
         // A write held back (a delete `prune: false` keeps) is still a difference: the app
         // reads OutOfSync for it, as Argo CD does (`RequiresPruning`).
         changes |= s.create + s.update + s.delete + s.skipped > 0;
+        // A declared object left unapplied (another app's, another tool's) differs too.
+        changes |= !outcome.conflicts.is_empty();
     }
     Ok(if changes { 1 } else { 0 })
 }

@@ -44,6 +44,11 @@ struct InForce {
     tree_id: Option<String>,
     /// Shared: cloning the state in force must not copy every object.
     desired: Arc<BTreeMap<ObjectKey, Object>>,
+    /// True when `desired` was restored from the inventory (a restart, a takeover, another
+    /// process's sync): it holds what was applied, not what the revision declares (an object
+    /// refused as a conflict is missing from it), so the next fetch reads the revision again
+    /// even when it is the same one.
+    restored: bool,
 }
 
 /// One app's reconciler: its config, the state it keeps between passes, and the handles it
@@ -144,6 +149,7 @@ impl App {
             source: inventory.source.clone().unwrap_or_default(),
             tree_id: None,
             desired: Arc::new(inventory.desired()),
+            restored: true,
         });
         let mut status = written.clone().unwrap_or_else(|| AppStatus::new(&name));
         status.name = name.clone();
@@ -299,6 +305,7 @@ impl App {
                         source: inv.source.clone().unwrap_or_default(),
                         tree_id: None,
                         desired: Arc::new(inv.desired()),
+                        restored: true,
                     });
                 }
                 self.applied = inv.revision.clone();
@@ -324,6 +331,7 @@ impl App {
                     source: inv.source.clone().unwrap_or_default(),
                     tree_id: None,
                     desired: Arc::new(inv.desired()),
+                    restored: true,
                 });
                 self.applied = inv.revision.clone();
                 self.owned = inv.entries.keys().cloned().collect();
@@ -783,6 +791,7 @@ impl App {
                 source: identity,
                 tree_id: Some(files.tree_id),
                 desired,
+                restored: false,
             });
             self.problem = None;
             self.diagnostics.clear();
@@ -838,8 +847,14 @@ impl App {
                         Diagnostic::error(&path, line, column, format!("{key}: {message}"))
                     })
                     .collect();
+                // Checked again at every fetch: said once while it stays the same.
+                let again = self.problem.as_ref() == Some(&problem);
                 if let Problem::Invalid { message, .. } = &problem {
-                    tracing::warn!(revision = %revision.short(), error = %message, "Revision refused by the target; the revision in force stays enforced");
+                    if again {
+                        tracing::debug!(revision = %revision.short(), error = %message, "Revision still refused by the target");
+                    } else {
+                        tracing::warn!(revision = %revision.short(), error = %message, "Revision refused by the target; the revision in force stays enforced");
+                    }
                 }
                 self.problem = Some(problem);
                 return Ok(());
@@ -856,15 +871,25 @@ impl App {
             }
         }
         self.problem = None;
-        tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
+        // The revision in force read again after a restart: not a new one.
+        let reread = self
+            .in_force
+            .as_ref()
+            .is_some_and(|f| f.restored && f.revision == revision);
+        if reread {
+            tracing::debug!(revision = %revision.short(), objects = desired.len(), "Revision in force read again after a restart");
+        } else {
+            tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
+        }
         self.in_force = Some(InForce {
             revision,
             source: identity,
             tree_id: Some(tree_id),
             desired,
+            restored: false,
         });
-        report.applied_new_revision = true;
-        if !self.dry_run && self.may_apply() {
+        report.applied_new_revision = !reread;
+        if !reread && !self.dry_run && self.may_apply() {
             // Say what is happening before the (possibly long) apply.
             set_condition(
                 &mut self.status.conditions,
@@ -1042,7 +1067,14 @@ impl App {
                         .is_none_or(|r| r.sync == SyncStatus::Synced)
             }) {
                 let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
-                tracing::warn!(object = %step.key, action = ?step.action, fields = ?fields, why, "Drift detected; not reverted");
+                match self.changed_by(step).first() {
+                    Some(who) => {
+                        tracing::warn!(object = %step.key, action = ?step.action, fields = ?fields, changed_by = %who, why, "Drift detected; not reverted")
+                    }
+                    None => {
+                        tracing::warn!(object = %step.key, action = ?step.action, fields = ?fields, why, "Drift detected; not reverted")
+                    }
+                }
             }
         } else if changed > 0 && !dry_run {
             tracing::info!(

@@ -79,6 +79,8 @@ pub struct Options {
     /// Apply with `force`: take fields another manager holds (a `kubectl edit`) back for Git,
     /// as Flux and Argo CD do. Default true; false reports such a field as a conflict.
     pub force: bool,
+    /// Create `namespace` when it is missing (the agent and `sync`); reading commands leave it.
+    pub create_namespace: bool,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             field_manager: "driftless".into(),
             namespace: "driftless-system".into(),
             force: true,
+            create_namespace: true,
         }
     }
 }
@@ -176,11 +179,12 @@ impl KubeStore {
             &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace")),
         );
         let ns = &store.inner.options.namespace;
-        if namespaces
-            .get_opt(ns)
-            .await
-            .map_err(|e| backend("open", e))?
-            .is_none()
+        if store.inner.options.create_namespace
+            && namespaces
+                .get_opt(ns)
+                .await
+                .map_err(|e| backend("open", e))?
+                .is_none()
         {
             let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
             namespaces
@@ -723,43 +727,73 @@ impl Store for KubeStore {
             }
             return Ok(listing);
         }
-        let (Some(group), Some(kind)) = (&selector.group, &selector.kind) else {
-            return Err(message(
-                "list",
-                "the Kubernetes store lists one kind at a time: name its group and kind".into(),
-            ));
-        };
-        let r = self.resource(group, kind).await?;
-        let api: Api<DynamicObject> = match &selector.namespace {
-            Some(ns) if r.namespaced => Api::namespaced_with(self.inner.client.clone(), ns, &r.api),
-            _ => Api::all_with(self.inner.client.clone(), &r.api),
-        };
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| backend("list", e))?;
-        listing.revision = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
-        self.saw(Some(listing.revision));
-        for mut o in list.items {
-            o.types = Some(kube::core::TypeMeta {
-                api_version: r.api.api_version.clone(),
-                kind: r.api.kind.clone(),
-            });
-            let key = ObjectKey::new(
-                group,
-                kind,
-                o.metadata.namespace.as_deref().unwrap_or_default(),
-                o.metadata.name.as_deref().unwrap_or_default(),
-            );
-            match to_object(&key, o) {
-                Ok(obj) => {
-                    listing.objects.insert(key, obj);
+        // One kind, or (a kind not named: `driftless store list`) every kind the server
+        // serves and can list, in the group when one is named, Events aside.
+        let resources: Vec<Resource> = match (&selector.group, &selector.kind) {
+            (Some(group), Some(kind)) => vec![self.resource(group, kind).await?],
+            _ => {
+                let discovery = kube::Discovery::new(self.inner.client.clone())
+                    .run()
+                    .await
+                    .map_err(|e| backend("discovery", e))?;
+                let mut all = Vec::new();
+                for g in discovery.groups() {
+                    for (api, caps) in g.recommended_resources() {
+                        let wanted = selector
+                            .group
+                            .as_ref()
+                            .is_none_or(|want| *want == api.group)
+                            && selector.kind.as_ref().is_none_or(|want| *want == api.kind)
+                            && api.kind != "Event"
+                            && caps.supports_operation(kube::discovery::verbs::LIST);
+                        if wanted {
+                            all.push(Resource {
+                                namespaced: caps.scope == Scope::Namespaced,
+                                api,
+                            });
+                        }
+                    }
                 }
-                Err(e) => {
-                    listing.unreadable.insert(key, e.to_string());
+                all
+            }
+        };
+        for r in resources {
+            let api: Api<DynamicObject> = match &selector.namespace {
+                Some(ns) if r.namespaced => {
+                    Api::namespaced_with(self.inner.client.clone(), ns, &r.api)
+                }
+                // A namespace named: cluster-scoped kinds have none of its objects.
+                Some(ns) if !ns.is_empty() => continue,
+                _ => Api::all_with(self.inner.client.clone(), &r.api),
+            };
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| backend("list", e))?;
+            let rv = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
+            listing.revision = listing.revision.max(rv);
+            for mut o in list.items {
+                o.types = Some(kube::core::TypeMeta {
+                    api_version: r.api.api_version.clone(),
+                    kind: r.api.kind.clone(),
+                });
+                let key = ObjectKey::new(
+                    &r.api.group,
+                    &r.api.kind,
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                );
+                match to_object(&key, o) {
+                    Ok(obj) => {
+                        listing.objects.insert(key, obj);
+                    }
+                    Err(e) => {
+                        listing.unreadable.insert(key, e.to_string());
+                    }
                 }
             }
         }
+        self.saw(Some(listing.revision));
         Ok(listing)
     }
 
