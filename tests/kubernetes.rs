@@ -176,48 +176,32 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
         );
 
         // Passes after that write nothing (a positive control: the passes ran).
-        let before = vec![
-            configmaps
-                .get("settings")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-            deployments
-                .get("frontend")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-            services
-                .get("frontend")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-        ];
+        let versions = || async {
+            vec![
+                configmaps
+                    .get("settings")
+                    .await
+                    .unwrap()
+                    .metadata
+                    .resource_version,
+                deployments
+                    .get("frontend")
+                    .await
+                    .unwrap()
+                    .metadata
+                    .resource_version,
+                services
+                    .get("frontend")
+                    .await
+                    .unwrap()
+                    .metadata
+                    .resource_version,
+            ]
+        };
+        let before = versions().await;
         let passes_before = passes().await;
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let after = vec![
-            configmaps
-                .get("settings")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-            deployments
-                .get("frontend")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-            services
-                .get("frontend")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version,
-        ];
+        let after = versions().await;
         let passes_after = passes().await;
         assert!(
             passes_after >= passes_before + 2,

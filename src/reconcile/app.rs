@@ -1142,16 +1142,10 @@ impl App {
                 (Step::Update, None) if !dry_run => {
                     let by = self.changed_by(step);
                     let message = (!by.is_empty()).then(|| {
-                        let fields: Vec<&str> = step
-                            .changes
-                            .iter()
-                            .map(|c| c.path.as_str())
-                            .take(5)
-                            .collect();
                         format!(
                             "applied over changes by {}: {}",
                             by.join(", "),
-                            fields.join(", ")
+                            first_fields(step)
                         )
                     });
                     (SyncStatus::Synced, message)
@@ -1165,13 +1159,7 @@ impl App {
                     }),
                 ),
                 (Step::Update, why) => {
-                    let fields: Vec<&str> = step
-                        .changes
-                        .iter()
-                        .map(|c| c.path.as_str())
-                        .take(5)
-                        .collect();
-                    let mut fields = fields.join(", ");
+                    let mut fields = first_fields(step);
                     let by = self.changed_by(step);
                     if !by.is_empty() {
                         fields = format!("{fields} (changed by {})", by.join(", "));
@@ -1461,6 +1449,17 @@ fn same_except_resources(a: &AppStatus, b: &AppStatus) -> bool {
         && a.progressing_since == b.progressing_since
         && a.conditions == b.conditions
         && a.diagnostics == b.diagnostics
+}
+
+/// The first five fields a step changes, for a status message.
+fn first_fields(step: &crate::diff::Step) -> String {
+    let fields: Vec<&str> = step
+        .changes
+        .iter()
+        .map(|c| c.path.as_str())
+        .take(5)
+        .collect();
+    fields.join(", ")
 }
 
 pub(super) fn resource(

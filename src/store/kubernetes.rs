@@ -350,14 +350,15 @@ impl KubeStore {
                 to_object(&key, stored)
             }
             Ok(stored) => to_object(&key, stored),
-            Err(e) if code(&e) == Some(409) => Err(Error::Conflict {
-                key: Box::new(key),
-                expected: match precondition {
-                    Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
-                    Precondition::Absent => "absent, or no field owned by another manager".into(),
-                    Precondition::Any => "anything".into(),
+            Err(e) if code(&e) == Some(409) => Err(match precondition {
+                // An apply cannot require absence: it is refused only when another manager
+                // owns a field it sets.
+                Precondition::Absent => Error::Conflict {
+                    key: Box::new(key),
+                    expected: "absent, or no field owned by another manager".into(),
+                    found: api_message(&e),
                 },
-                found: api_message(&e),
+                _ => conflict(&key, precondition, api_message(&e)),
             }),
             Err(e) => Err(refused("apply", &key, &e)),
         }
@@ -494,15 +495,7 @@ impl KubeStore {
             "data": {RECORD_DATA_KEY: text},
         });
         let api = self.records();
-        let conflict = |found: String| Error::Conflict {
-            key: Box::new(key.clone()),
-            expected: match precondition {
-                Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
-                Precondition::Absent => "absent".into(),
-                Precondition::Any => "anything".into(),
-            },
-            found,
-        };
+        let conflict = |found: String| conflict(key, precondition, found);
         let stored = match precondition {
             Precondition::Absent => {
                 let obj: DynamicObject =
@@ -551,15 +544,7 @@ impl KubeStore {
                 uid: None,
             });
         }
-        let conflict = |found: String| Error::Conflict {
-            key: Box::new(key.clone()),
-            expected: match precondition {
-                Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
-                Precondition::Absent => "absent".into(),
-                Precondition::Any => "anything".into(),
-            },
-            found,
-        };
+        let conflict = |found: String| conflict(key, precondition, found);
         if precondition == Precondition::Absent {
             return match api.get_opt(&name).await.map_err(|e| backend("delete", e))? {
                 None => Ok(None),
@@ -578,6 +563,19 @@ impl KubeStore {
             Err(e) if code(&e) == Some(409) => Err(conflict(api_message(&e))),
             Err(e) => Err(refused("delete", key, &e)),
         }
+    }
+}
+
+/// A refused precondition: what was expected of `key`, and what the API server said.
+fn conflict(key: &ObjectKey, precondition: Precondition, found: String) -> Error {
+    Error::Conflict {
+        key: Box::new(key.clone()),
+        expected: match precondition {
+            Precondition::ResourceVersion(rv) => format!("resourceVersion {rv}"),
+            Precondition::Absent => "absent".into(),
+            Precondition::Any => "anything".into(),
+        },
+        found,
     }
 }
 
