@@ -262,19 +262,7 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
         );
 
         // The store commands read the cluster: kinds by kubectl's names, through discovery.
-        let cli = |args: &[&str]| {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
-                .arg("-c")
-                .arg(agent.config())
-                .args(args)
-                .output()
-                .unwrap();
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).to_string(),
-                String::from_utf8_lossy(&out.stderr).to_string(),
-            )
-        };
+        let cli = |args: &[&str]| agent.cli(args);
         let (code, out, err) = cli(&["store", "list", "deploy"]);
         assert_eq!(code, Some(0), "{err}");
         for name in ["frontend", "redis-master", "redis-replica"] {
@@ -356,6 +344,21 @@ impl Agent {
 
     fn config(&self) -> PathBuf {
         self._dir.path().join("driftless.yaml")
+    }
+
+    /// `driftless -c <this agent's config> ARGS`: exit code, standard output, standard error.
+    fn cli(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
+            .arg("-c")
+            .arg(self.config())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     }
 
     /// The app's status as `GET /api/v1/apps` gives it (null until the server answers).
@@ -502,30 +505,16 @@ async fn a_namespace_a_crd_and_what_they_hold_apply_in_one_commit_and_drift_is_r
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: shop\n",
     );
     let bad = repo.commit("size 0");
-    let sync = || async {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
-            .arg("-c")
-            .arg(agent.config())
-            .args(["sync", "--app", "guestbook"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-    };
     // The agent polls hourly: a `driftless sync` beside it tries the new revision.
-    let said = sync().await;
+    let (_, out, err) = agent.cli(&["sync", "--app", "guestbook"]);
+    let said = out + &err;
     assert!(
         said.contains("RejectedByTarget: refused by the target: app/widget.yaml:1: Widget.example.com shop/gear")
             && said.contains("spec.size in body should be greater than or equal to 1"),
         "{said}"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driftless"))
-        .arg("-c")
-        .arg(agent.config())
-        .args(["status", "-o", "json"])
-        .output()
-        .unwrap();
-    let st: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (_, out, err) = agent.cli(&["status", "-o", "json"]);
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
     let st = &st["apps"][0];
     assert_eq!(st["lastAttemptedRevision"], bad.as_str(), "{st}");
     assert_ne!(st["revision"], bad.as_str(), "{st}");
