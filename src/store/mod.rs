@@ -9,12 +9,13 @@
 //!
 //! Backends: [`sqlite`] (the embedded default: one file, WAL, a change-log table polled
 //! cheaply so writes from other processes are seen), `etcd` (cargo feature `etcd`: a cluster
-//! shared by several agent replicas) and [`memory`] (tests).
+//! shared by several agent replicas), `kubernetes` (cargo feature `kubernetes`: an API server,
+//! which promises less, see [`Promises`]) and [`memory`] (tests).
 
-#[cfg(feature = "etcd")]
 mod config;
 pub use config::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 
+#[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
