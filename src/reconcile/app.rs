@@ -700,9 +700,12 @@ impl App {
         }
         let revision = fetched.revision.clone();
         let identity = self.source_identity();
+        // A set restored from the inventory lacks what was declared but not applied (a
+        // conflict): the revision is read again, never taken as in force from it.
         let verdict = revision::classify(
             self.in_force
                 .as_ref()
+                .filter(|f| !f.restored)
                 .map(|f| (&f.revision, f.source.as_str())),
             self.last_attempted.as_ref(),
             self.problem.as_ref(),
