@@ -986,13 +986,7 @@ async fn the_kube_up_script_starts_a_local_api_server_the_agent_can_use() {
     .await
     .unwrap()
     .expect("kube-up prints the KUBECONFIG to export");
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = common::kube::client_from(&kubeconfig).await;
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.minor, "37");
     // SIGTERM stops the script and both servers.

@@ -94,14 +94,7 @@ impl ControlPlane {
 
     /// A kube-rs client for the admin user, read from [`ControlPlane::kubeconfig`].
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap();
-        kube::Client::try_from(config).unwrap()
+        client_from(&self.kubeconfig).await
     }
 
     /// The API server's log so far.
@@ -132,6 +125,18 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// A kube-rs client for the current context of a kubeconfig file.
+pub async fn client_from(kubeconfig: &std::path::Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    kube::Client::try_from(config).unwrap()
 }
 
 impl Drop for ControlPlane {
