@@ -1,7 +1,11 @@
-//! The store contract of ARCHITECTURE.md section 4, run against every backend: memory, SQLite and,
-//! with the `etcd` feature, a real etcd server (the one `.ci/run` starts, named by
-//! `DRIFTLESS_TEST_ETCD`, else one started for each test). Revisions are checked relative to
-//! the store's revision when the test began, since etcd's revision counts the whole cluster.
+//! The store contract of ARCHITECTURE.md section 4, run against every backend: memory, SQLite,
+//! with the `etcd` feature a real etcd server (the one `.ci/run` starts, named by
+//! `DRIFTLESS_TEST_ETCD`, else one started for each test), and with the `kubernetes` feature a
+//! real `kube-apiserver` (one control plane runs every check in turn). Revisions are checked
+//! relative to the store's revision when the test began, since etcd's revision counts the whole
+//! cluster; where a backend promises less ([`Store::promises`]: no transactions, no one global
+//! revision), a check asserts what it does promise (monotonic resourceVersions, per-object
+//! preconditions) and says which part does not apply.
 
 mod common;
 
@@ -15,7 +19,16 @@ use driftless::store::{
 };
 use serde_json::json;
 
-use common::objects::{cm, key, put};
+use common::objects::{key, put};
+
+/// A ConfigMap `default/<name>` with `data`, labelled as an app's (a Kubernetes store watches
+/// only objects with the label).
+fn cm(name: &str, data: serde_json::Value) -> Object {
+    let mut o = common::objects::cm(name, data);
+    o.metadata_mut()
+        .insert("labels".into(), json!({store::APP_LABEL: "contract"}));
+    o
+}
 
 async fn next_event(w: &mut store::Watch) -> WatchItem {
     tokio::time::timeout(Duration::from_secs(5), w.recv())
@@ -30,6 +43,9 @@ struct Backend {
     store: Arc<dyn Store>,
     /// The store revision when the test began.
     base: u64,
+    /// Whether revisions move only by this test's writes, one per commit (false for a
+    /// Kubernetes API server, whose own writes move etcd's revision too).
+    exact: bool,
     #[cfg(feature = "etcd")]
     etcd: Option<(store::etcd::EtcdStore, EtcdGuard)>,
 }
@@ -38,6 +54,20 @@ impl Backend {
     /// The revision `n` commits after the test began.
     fn at(&self, n: u64) -> u64 {
         self.base + n
+    }
+
+    /// Asserts that `revision` is the one `n` commits after the test began where the backend
+    /// counts revisions exactly, else that it is past `after` (revisions only grow).
+    fn assert_revision(&self, revision: u64, n: u64, after: u64) {
+        if self.exact {
+            assert_eq!(revision, self.at(n), "{}", self.store.backend());
+        } else {
+            assert!(
+                revision > after,
+                "{}: revision {revision} is past {after}",
+                self.store.backend()
+            );
+        }
     }
 
     /// Drops the change history up to `revision` where the backend does not do it by itself
@@ -90,6 +120,7 @@ async fn etcd_backend() -> Backend {
     Backend {
         store: Arc::new(e.clone()),
         base,
+        exact: true,
         etcd: Some((e, guard)),
     }
 }
@@ -107,6 +138,7 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<Backend> {
     let plain = |store: Arc<dyn Store>| Backend {
         store,
         base: 0,
+        exact: true,
         #[cfg(feature = "etcd")]
         etcd: None,
     };
@@ -120,266 +152,426 @@ async fn backends(dir: &tempfile::TempDir) -> Vec<Backend> {
     out
 }
 
+/// Runs `check` on every backend of [`backends`].
+macro_rules! on_every_backend {
+    ($check:ident) => {{
+        let dir = tempfile::tempdir().unwrap();
+        for b in backends(&dir).await {
+            $check(&b).await;
+        }
+    }};
+}
+
 #[tokio::test]
 async fn revisions_grow_and_each_write_carries_its_resource_version() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        assert_eq!(s.revision().await.unwrap(), b.at(0), "{}", s.backend());
-        let c1 = s
-            .commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
-            .await
-            .unwrap();
-        assert_eq!(c1.revision, b.at(1));
-        let a = s.get(&key("a")).await.unwrap().unwrap();
-        assert_eq!(a.resource_version(), Some(b.at(1)));
-        assert_eq!(a.generation(), 1);
-        assert!(a.metadata().get("creationTimestamp").is_some());
+    on_every_backend!(check_revisions);
+}
+
+async fn check_revisions(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    let start = s.revision().await.unwrap();
+    b.assert_revision(start, 0, 0);
+    let c1 = s
+        .commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+        .await
+        .unwrap();
+    b.assert_revision(c1.revision, 1, start);
+    let a = s.get(&key("a")).await.unwrap().unwrap();
+    assert_eq!(a.resource_version(), Some(c1.revision), "{name}");
+    assert!(a.metadata().get("creationTimestamp").is_some(), "{name}");
+    if s.promises().global_revision {
+        // Kubernetes keeps metadata.generation only for kinds with a spec, not ConfigMaps.
+        assert_eq!(a.generation(), 1, "{name}");
+    }
+    let c2 = s
+        .commit(vec![
+            put(cm("b", json!({})), Precondition::Absent),
+            put(cm("c", json!({})), Precondition::Absent),
+        ])
+        .await
+        .unwrap();
+    b.assert_revision(c2.revision, 2, c1.revision);
+    assert_eq!(c2.stored.len(), 2, "{name}");
+    if s.promises().transactions {
         // Two objects in one transaction share its revision.
-        let c2 = s
-            .commit(vec![
-                put(cm("b", json!({})), Precondition::Absent),
-                put(cm("c", json!({})), Precondition::Absent),
-            ])
-            .await
-            .unwrap();
-        assert_eq!(c2.revision, b.at(2));
-        assert_eq!(c2.stored.len(), 2);
         assert!(
             c2.stored
                 .iter()
                 .all(|o| o.resource_version() == Some(b.at(2))),
-            "{}: the stored objects carry the transaction's revision",
-            s.backend()
+            "{name}: the stored objects carry the transaction's revision"
         );
-        assert_eq!(
-            s.get(&key("c")).await.unwrap().unwrap().resource_version(),
-            Some(b.at(2))
-        );
-        assert_eq!(s.revision().await.unwrap(), b.at(2), "{}", s.backend());
+    } else {
+        // Per object: each its own, the commit's the highest.
+        let rvs: Vec<u64> = c2
+            .stored
+            .iter()
+            .filter_map(|o| o.resource_version())
+            .collect();
+        assert!(rvs[0] < rvs[1] && rvs[1] == c2.revision, "{name}: {rvs:?}");
+    }
+    assert_eq!(
+        s.get(&key("c")).await.unwrap().unwrap().resource_version(),
+        c2.stored[1].resource_version(),
+        "{name}"
+    );
+    let now = s.revision().await.unwrap();
+    if b.exact {
+        assert_eq!(now, b.at(2), "{name}");
+    } else {
+        assert!(now >= c2.revision, "{name}");
     }
 }
 
 #[tokio::test]
 async fn generation_counts_spec_changes_only() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
-            .await
-            .unwrap();
-        let mut a = s.get(&key("a")).await.unwrap().unwrap();
-        a.metadata_mut().insert("labels".into(), json!({"x": "y"}));
-        a.as_map_mut()
-            .insert("status".into(), json!({"seen": true}));
-        s.commit(vec![put(a, Precondition::ResourceVersion(b.at(1)))])
-            .await
-            .unwrap();
-        let a = s.get(&key("a")).await.unwrap().unwrap();
-        assert_eq!(
-            (a.generation(), a.resource_version()),
-            (1, Some(b.at(2))),
-            "{}",
-            s.backend()
-        );
-        let mut changed = a.clone();
-        changed
-            .as_map_mut()
-            .insert("data".into(), json!({"k": "2"}));
-        s.commit(vec![put(changed, Precondition::ResourceVersion(b.at(2)))])
-            .await
-            .unwrap();
-        assert_eq!(s.get(&key("a")).await.unwrap().unwrap().generation(), 2);
+    on_every_backend!(check_generation);
+}
+
+/// Applies where the backend keeps `metadata.generation` for every object (not Kubernetes,
+/// which keeps it for kinds with a spec: its Deployments are checked in tests/kubernetes.rs).
+async fn check_generation(b: &Backend) {
+    let s = &b.store;
+    if !s.promises().global_revision {
+        return;
     }
+    s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let mut a = s.get(&key("a")).await.unwrap().unwrap();
+    a.metadata_mut().insert("labels".into(), json!({"x": "y"}));
+    a.as_map_mut()
+        .insert("status".into(), json!({"seen": true}));
+    s.commit(vec![put(a, Precondition::ResourceVersion(b.at(1)))])
+        .await
+        .unwrap();
+    let a = s.get(&key("a")).await.unwrap().unwrap();
+    assert_eq!(
+        (a.generation(), a.resource_version()),
+        (1, Some(b.at(2))),
+        "{}",
+        s.backend()
+    );
+    let mut changed = a.clone();
+    changed
+        .as_map_mut()
+        .insert("data".into(), json!({"k": "2"}));
+    s.commit(vec![put(changed, Precondition::ResourceVersion(b.at(2)))])
+        .await
+        .unwrap();
+    assert_eq!(s.get(&key("a")).await.unwrap().unwrap().generation(), 2);
 }
 
 #[tokio::test]
 async fn compare_and_swap_conflicts_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        s.commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
-            .await
-            .unwrap();
-        // Stale resourceVersion.
-        let err = s
-            .commit(vec![
-                put(cm("b", json!({})), Precondition::Absent),
-                put(
-                    cm("a", json!({"k": "2"})),
-                    Precondition::ResourceVersion(b.at(99)),
-                ),
-            ])
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::Conflict { .. }),
-            "{}: {err}",
-            s.backend()
-        );
+    on_every_backend!(check_compare_and_swap);
+}
+
+async fn check_compare_and_swap(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    let c1 = s
+        .commit(vec![put(cm("a", json!({"k": "1"})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let stale = c1.revision - 1;
+    // Stale resourceVersion: refused, and the object keeps its value.
+    let err = s
+        .commit(vec![
+            put(cm("b", json!({})), Precondition::Absent),
+            put(
+                cm("a", json!({"k": "2"})),
+                Precondition::ResourceVersion(stale),
+            ),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{name}: {err}");
+    assert_eq!(
+        s.get(&key("a")).await.unwrap().unwrap().get("data"),
+        Some(&json!({"k": "1"})),
+        "{name}"
+    );
+    if s.promises().transactions {
         assert!(
             s.get(&key("b")).await.unwrap().is_none(),
-            "{}: all or nothing",
-            s.backend()
+            "{name}: all or nothing"
         );
-        assert_eq!(s.revision().await.unwrap(), b.at(1));
-        // Create over an existing object.
+        assert_eq!(s.revision().await.unwrap(), b.at(1), "{name}");
+    }
+    if !s.promises().server_side_apply {
+        // Create over an existing object. (An apply cannot require absence: on Kubernetes
+        // `Absent` refuses only fields another manager owns, checked in tests/kubernetes.rs.)
         assert!(matches!(
             s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
                 .await,
             Err(Error::Conflict { .. })
         ));
-        // Delete with a stale resourceVersion.
-        assert!(matches!(
+    }
+    // Delete with a stale resourceVersion.
+    assert!(
+        matches!(
             s.commit(vec![Write::Delete {
                 key: key("a"),
-                precondition: Precondition::ResourceVersion(b.at(7))
+                precondition: Precondition::ResourceVersion(stale)
             }])
             .await,
             Err(Error::Conflict { .. })
-        ));
-        // The right one works.
-        s.commit(vec![Write::Delete {
+        ),
+        "{name}"
+    );
+    // The right one works.
+    let deleted = s
+        .commit(vec![Write::Delete {
             key: key("a"),
-            precondition: Precondition::ResourceVersion(b.at(1)),
+            precondition: Precondition::ResourceVersion(c1.revision),
         }])
         .await
         .unwrap();
-        assert!(s.get(&key("a")).await.unwrap().is_none());
-        // Deleting what is gone, unconditionally, is no write at all.
-        let c = s
-            .commit(vec![Write::Delete {
-                key: key("a"),
-                precondition: Precondition::Any,
-            }])
-            .await
-            .unwrap();
-        assert_eq!(c.revision, 0);
-        assert_eq!(s.revision().await.unwrap(), b.at(2), "{}", s.backend());
+    assert!(s.get(&key("a")).await.unwrap().is_none(), "{name}");
+    // Deleting what is gone, unconditionally, is no write at all.
+    let c = s
+        .commit(vec![Write::Delete {
+            key: key("a"),
+            precondition: Precondition::Any,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(c.revision, 0, "{name}");
+    if b.exact {
+        assert_eq!(s.revision().await.unwrap(), b.at(2), "{name}");
+    } else {
+        assert!(
+            deleted.revision > c1.revision,
+            "{name}: deleted at {}, written at {}",
+            deleted.revision,
+            c1.revision
+        );
     }
 }
 
 #[tokio::test]
 async fn listing_selects_by_group_kind_and_namespace_and_hides_reserved_records() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        let dep = Object::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "prod"}}))
-        .unwrap();
-        let rec = Object::reserved("Inventory", "app", Default::default());
-        s.commit(vec![
+    on_every_backend!(check_listing);
+}
+
+async fn check_listing(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    let dep = Object::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "prod",
+                "labels": {store::APP_LABEL: "contract"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
+    .unwrap();
+    let rec = Object::reserved("Inventory", "app", Default::default());
+    let c = s
+        .commit(vec![
             put(cm("a", json!({})), Precondition::Any),
             put(dep, Precondition::Any),
             put(rec, Precondition::Any),
         ])
         .await
         .unwrap();
-        let all = s.list(&Selector::default()).await.unwrap();
-        assert_eq!(all.objects.len(), 2, "{}", s.backend());
-        assert_eq!(all.revision, b.at(1));
-        let apps = s
-            .list(&Selector {
-                group: Some("apps".into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(apps.objects.keys().next().unwrap().name, "web");
-        let ns = s
-            .list(&Selector {
-                namespace: Some("default".into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(ns.objects.len(), 1);
-        let reserved = s
-            .list(&Selector {
-                group: Some(RESERVED_GROUP.into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(reserved.objects.len(), 1);
-        let many = s.get_many(&[key("a"), key("missing")]).await.unwrap();
-        assert_eq!(many.objects.len(), 1);
-        assert_eq!(
-            s.version_of(&key("a")).await.unwrap(),
-            Some(b.at(1)),
-            "{}",
-            s.backend()
-        );
-        assert_eq!(s.version_of(&key("missing")).await.unwrap(), None);
+    // Of this test's objects: the listing of a live cluster holds the server's own too.
+    let ours = |l: &store::Listing| -> Vec<String> {
+        l.objects
+            .keys()
+            .filter(|k| ["a", "web"].contains(&k.name.as_str()))
+            .map(|k| format!("{}/{}", k.kind, k.name))
+            .collect()
+    };
+    let all = s.list(&Selector::default()).await.unwrap();
+    assert_eq!(ours(&all), ["ConfigMap/a", "Deployment/web"], "{name}");
+    assert!(all.objects.keys().all(|k| !k.is_reserved()), "{name}");
+    if b.exact {
+        assert_eq!(all.revision, b.at(1), "{name}");
+    } else {
+        assert!(all.revision >= c.revision, "{name}");
     }
+    let apps = s
+        .list(&Selector {
+            group: Some("apps".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ours(&apps), ["Deployment/web"], "{name}");
+    let ns = s
+        .list(&Selector {
+            namespace: Some("default".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ours(&ns), ["ConfigMap/a"], "{name}");
+    assert!(
+        ns.objects.keys().all(|k| k.namespace == "default"),
+        "{name}"
+    );
+    let reserved = s
+        .list(&Selector {
+            group: Some(RESERVED_GROUP.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(reserved.objects.len(), 1, "{name}");
+    let many = s.get_many(&[key("a"), key("missing")]).await.unwrap();
+    assert_eq!(many.objects.len(), 1);
+    let a_rv = c.stored[0].resource_version();
+    assert_eq!(s.version_of(&key("a")).await.unwrap(), a_rv, "{name}");
+    if b.exact {
+        assert_eq!(a_rv, Some(b.at(1)), "{name}");
+    }
+    assert_eq!(s.version_of(&key("missing")).await.unwrap(), None);
 }
 
 #[tokio::test]
 async fn watch_replays_history_in_order_then_follows_new_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        s.commit(vec![put(cm("a", json!({})), Precondition::Absent)])
-            .await
-            .unwrap();
-        s.commit(vec![put(cm("b", json!({})), Precondition::Absent)])
-            .await
-            .unwrap();
-        let mut w = s.watch(b.at(1)).await.unwrap();
-        let WatchItem::Event(e) = next_event(&mut w).await else {
-            panic!("event")
-        };
-        assert_eq!(
-            (e.revision, e.key.name.as_str(), e.deleted),
-            (b.at(2), "b", false),
-            "{}",
-            s.backend()
-        );
-        s.commit(vec![Write::Delete {
+    on_every_backend!(check_watch);
+}
+
+async fn check_watch(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    let c1 = s
+        .commit(vec![put(cm("a", json!({})), Precondition::Absent)])
+        .await
+        .unwrap();
+    let c2 = s
+        .commit(vec![put(cm("b", json!({})), Precondition::Absent)])
+        .await
+        .unwrap();
+    b.assert_revision(c2.revision, 2, c1.revision);
+    let mut w = s.watch(c1.revision).await.unwrap();
+    let WatchItem::Event(e) = next_event(&mut w).await else {
+        panic!("event")
+    };
+    assert_eq!(
+        (e.revision, e.key.name.as_str(), e.deleted),
+        (c2.revision, "b", false),
+        "{name}"
+    );
+    let c3 = s
+        .commit(vec![Write::Delete {
             key: key("a"),
             precondition: Precondition::Any,
         }])
         .await
         .unwrap();
-        let WatchItem::Event(e) = next_event(&mut w).await else {
-            panic!("event")
-        };
-        assert_eq!(
-            (e.revision, e.key.name.as_str(), e.deleted),
-            (b.at(3), "a", true),
-            "{}",
-            s.backend()
-        );
-    }
+    b.assert_revision(c3.revision, 3, c2.revision);
+    let WatchItem::Event(e) = next_event(&mut w).await else {
+        panic!("event")
+    };
+    assert_eq!(
+        (e.revision, e.key.name.as_str(), e.deleted),
+        (c3.revision, "a", true),
+        "{name}"
+    );
 }
 
 #[tokio::test]
 async fn watch_from_compacted_history_asks_for_a_relist() {
-    let dir = tempfile::tempdir().unwrap();
-    for b in backends(&dir).await {
-        let s = &b.store;
-        for i in 0..70 {
-            s.commit(vec![put(cm("a", json!({"i": i})), Precondition::Any)])
-                .await
-                .unwrap();
-        }
-        b.compact(b.at(60)).await;
-        let mut w = s.watch(b.at(0)).await.unwrap();
-        let first = next_event(&mut w).await;
-        assert_eq!(
-            first,
-            WatchItem::Relist { revision: b.at(70) },
-            "{}",
-            s.backend()
-        );
-        s.commit(vec![put(cm("z", json!({})), Precondition::Any)])
+    on_every_backend!(check_compaction);
+}
+
+/// Applies where the backend's change feed is its own history (not Kubernetes, whose API
+/// server answers watches from its watch cache: the relist after `410 Gone` when the agent's
+/// watch resumes after the API server restarts is tested in tests/kubernetes.rs).
+async fn check_compaction(b: &Backend) {
+    let s = &b.store;
+    if !s.promises().ordered_feed {
+        return;
+    }
+    for i in 0..70 {
+        s.commit(vec![put(cm("a", json!({"i": i})), Precondition::Any)])
             .await
             .unwrap();
-        let WatchItem::Event(e) = next_event(&mut w).await else {
-            panic!("event")
-        };
-        assert_eq!(e.revision, b.at(71), "{}", s.backend());
     }
+    b.compact(b.at(60)).await;
+    let mut w = s.watch(b.at(0)).await.unwrap();
+    let first = next_event(&mut w).await;
+    assert_eq!(
+        first,
+        WatchItem::Relist { revision: b.at(70) },
+        "{}",
+        s.backend()
+    );
+    s.commit(vec![put(cm("z", json!({})), Precondition::Any)])
+        .await
+        .unwrap();
+    let WatchItem::Event(e) = next_event(&mut w).await else {
+        panic!("event")
+    };
+    assert_eq!(e.revision, b.at(71), "{}", s.backend());
+}
+
+/// A record of any size is read back whole, and one whose parts are not all there is
+/// unreadable, never shorter (on Kubernetes: compressed, then sharded over several ConfigMaps
+/// behind a pointer written last).
+async fn check_large_records(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    // 3 MB of hex: gzip halves it, so on Kubernetes it takes 3 shards of 512 KiB.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let noise: String = (0..3_000_000 / 16)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            format!("{seed:016x}")
+        })
+        .collect();
+    let spec = serde_json::Map::new();
+    for (n, size) in [("small", 10), ("medium", 300_000), ("large", noise.len())] {
+        let mut body = spec.clone();
+        body.insert("noise".into(), json!(&noise[..size]));
+        let rec = Object::reserved("Inventory", n, body);
+        let result = s.commit(vec![put(rec.clone(), Precondition::Absent)]).await;
+        let c = result.unwrap_or_else(|e| panic!("{name}: {n} record: {}", store::error_chain(&e)));
+        let back = s
+            .get(&c.stored[0].key())
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: {n} record read back"));
+        assert_eq!(
+            back.get("noise").and_then(|v| v.as_str()).map(str::len),
+            Some(size),
+            "{name}: {n}"
+        );
+        assert_eq!(back.resource_version(), Some(c.revision), "{name}");
+    }
+    // Replaced by a smaller one, under its precondition, and listed once.
+    let key = Object::reserved("Inventory", "large", Default::default()).key();
+    let rv = s.version_of(&key).await.unwrap().unwrap();
+    s.commit(vec![put(
+        Object::reserved("Inventory", "large", Default::default()),
+        Precondition::ResourceVersion(rv),
+    )])
+    .await
+    .unwrap();
+    let listing = s
+        .list(&Selector {
+            group: Some(RESERVED_GROUP.into()),
+            kind: Some("Inventory".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listing.objects.len(),
+        3,
+        "{name}: {:?}",
+        listing.objects.keys()
+    );
+    assert!(listing.unreadable.is_empty(), "{name}");
+}
+
+#[tokio::test]
+async fn records_of_any_size_read_back_whole() {
+    on_every_backend!(check_large_records);
 }
 
 #[tokio::test]
@@ -444,4 +636,118 @@ fn processes_opening_a_new_sqlite_store_at_once_all_succeed() {
     for t in threads {
         t.join().unwrap().expect("open succeeds despite the others");
     }
+}
+
+/// A fresh Kubernetes store on `client`: this test's ConfigMaps, Deployments and records of
+/// the checks before are deleted first, so each check starts from an empty cluster of its own.
+#[cfg(feature = "kubernetes")]
+async fn kube_backend(client: &kube::Client) -> Backend {
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+    use kube::api::{Api, DeleteParams, ListParams};
+    for ns in ["default", "driftless-system"] {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        cms.delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+            .unwrap();
+    }
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), "prod");
+    deps.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    let s = store::kubernetes::KubeStore::open(client.clone(), Default::default())
+        .await
+        .unwrap();
+    let base = s.revision().await.unwrap();
+    Backend {
+        store: Arc::new(s),
+        base,
+        exact: false,
+        #[cfg(feature = "etcd")]
+        etcd: None,
+    }
+}
+
+/// The contract on a real `kube-apiserver` (and its etcd), every check in turn on one control
+/// plane; then what only this backend has: a record whose shard is gone is unreadable, not
+/// shorter, in a read and in a listing, and a replaced record leaves no shard behind.
+#[cfg(feature = "kubernetes")]
+#[tokio::test]
+async fn a_kubernetes_api_server_keeps_the_contract_where_it_applies() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+    let cp = common::kube::ControlPlane::start().await;
+    let client = cp.client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            "prod",
+            &PatchParams::apply("contract-test"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    check_revisions(&kube_backend(&client).await).await;
+    check_generation(&kube_backend(&client).await).await;
+    check_compare_and_swap(&kube_backend(&client).await).await;
+    check_listing(&kube_backend(&client).await).await;
+    check_watch(&kube_backend(&client).await).await;
+    check_compaction(&kube_backend(&client).await).await;
+    let b = kube_backend(&client).await;
+    check_large_records(&b).await;
+
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "driftless-system");
+    let shards = || async {
+        records
+            .list_metadata(&ListParams::default().labels(store::kubernetes::SHARD_OF_LABEL))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|m| m.metadata.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shards().await,
+        Vec::<String>::new(),
+        "the replaced record's shards are collected"
+    );
+    // A sharded record again, then one of its shards goes.
+    let body: serde_json::Map<String, serde_json::Value> = serde_json::from_value(json!({
+        "spec": {"noise": (0..200_000u64).map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).collect::<String>()}
+    }))
+    .unwrap();
+    let rec = Object::reserved("Inventory", "torn", body);
+    b.store
+        .commit(vec![put(rec.clone(), Precondition::Absent)])
+        .await
+        .unwrap();
+    let names = shards().await;
+    assert!(names.len() >= 2, "sharded: {names:?}");
+    assert!(b.store.get(&rec.key()).await.unwrap().is_some());
+    records
+        .delete(&names[1], &DeleteParams::default())
+        .await
+        .unwrap();
+    let err = b.store.get(&rec.key()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Corrupt { .. }) && store::error_chain(&err).contains("missing"),
+        "{}",
+        store::error_chain(&err)
+    );
+    let listing = b
+        .store
+        .list(&Selector {
+            group: Some(RESERVED_GROUP.into()),
+            kind: Some("Inventory".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        listing.unreadable.contains_key(&rec.key()) && !listing.objects.contains_key(&rec.key()),
+        "{:?}",
+        listing.unreadable
+    );
 }

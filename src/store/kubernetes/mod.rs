@@ -27,9 +27,8 @@
 //!   for a relist after `410 Gone`.
 //! - **Its own records** (inventories, app status, the ownership index, preview records) are
 //!   ConfigMaps in `namespace` (default `driftless-system`, created when missing), named
-//!   `<kind>.<name>` in lower case, the record's JSON under the key `object`, labelled
-//!   `driftless.io/record`. A ConfigMap holds at most 1 MiB: an inventory larger than that is
-//!   refused with an error (sharding is not done yet).
+//!   `<kind>.<name>` in lower case, labelled `driftless.io/record`: the JSON itself, its gzip,
+//!   or (over 512 KiB of gzip) an index of shards written before it ([`records`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -37,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
     PropagationPolicy, WatchEvent, WatchParams,
 };
 use kube::core::{ApiResource, GroupVersionKind};
@@ -51,16 +50,9 @@ use super::{
 };
 use crate::object::{Object, ObjectKey, RESERVED_GROUP};
 
-/// The label on the ConfigMaps that hold driftless's own records; its value is the record's
-/// kind in lower case.
-pub const RECORD_LABEL: &str = "driftless.io/record";
+mod records;
 
-/// The data key of a record ConfigMap that holds the record's JSON.
-const RECORD_DATA_KEY: &str = "object";
-
-/// The largest record a ConfigMap takes: the API server refuses ConfigMaps over 1 MiB
-/// (`k8s.io/kubernetes/pkg/apis/core/validation`, `MaxConfigMapSize`... the total of its data).
-const MAX_RECORD_BYTES: usize = 1024 * 1024 - 1024;
+pub use records::{RECORD_KEY_ANNOTATION, RECORD_LABEL, SHARD_DIGEST_LABEL, SHARD_OF_LABEL};
 
 /// How long an applied CustomResourceDefinition may take to become `Established`.
 const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -278,24 +270,6 @@ impl KubeStore {
         Ok((api, r))
     }
 
-    fn records(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.inner.client.clone(),
-            &self.inner.options.namespace,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
-        )
-    }
-
-    /// Reads one record (a reserved-group key).
-    async fn get_record(&self, key: &ObjectKey) -> Result<Option<Object>> {
-        let cm = self
-            .records()
-            .get_opt(&record_name(key))
-            .await
-            .map_err(|e| backend("get", e))?;
-        cm.map(|cm| record_from(key, &cm)).transpose()
-    }
-
     async fn get_object(&self, key: &ObjectKey) -> Result<Option<Object>> {
         if key.is_reserved() {
             return self.get_record(key).await;
@@ -463,77 +437,22 @@ impl KubeStore {
         Ok(crd)
     }
 
-    async fn put_record(
-        &self,
-        key: &ObjectKey,
-        object: Object,
-        precondition: Precondition,
-    ) -> Result<Object> {
-        let name = record_name(key);
-        let mut body = object.as_map().clone();
-        if let Some(Value::Object(meta)) = body.get_mut("metadata") {
-            meta.remove("resourceVersion");
+    async fn delete(&self, key: &ObjectKey, precondition: Precondition) -> Result<Option<u64>> {
+        if key.is_reserved() {
+            return self.delete_record(key, precondition).await;
         }
-        let text = serde_json::to_string(&body).map_err(|e| backend("commit", e))?;
-        if text.len() > MAX_RECORD_BYTES {
-            return Err(message(
-                "commit",
-                format!(
-                    "{key} is {} bytes, over the {MAX_RECORD_BYTES} a ConfigMap holds",
-                    text.len()
-                ),
-            ));
-        }
-        let mut cm = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": name,
-                "namespace": self.inner.options.namespace,
-                "labels": {RECORD_LABEL: key.kind.to_ascii_lowercase()},
-            },
-            "data": {RECORD_DATA_KEY: text},
-        });
-        let api = self.records();
-        let conflict = |found: String| conflict(key, precondition, found);
-        let stored = match precondition {
-            Precondition::Absent => {
-                let obj: DynamicObject =
-                    serde_json::from_value(cm).map_err(|e| backend("commit", e))?;
-                match api.create(&PostParams::default(), &obj).await {
-                    Err(e) if code(&e) == Some(409) => return Err(conflict("present".into())),
-                    r => r.map_err(|e| backend("commit", e))?,
-                }
-            }
-            Precondition::ResourceVersion(rv) => {
-                cm["metadata"]["resourceVersion"] = Value::String(rv.to_string());
-                let obj: DynamicObject =
-                    serde_json::from_value(cm).map_err(|e| backend("commit", e))?;
-                match api.replace(&name, &PostParams::default(), &obj).await {
-                    Err(e) if matches!(code(&e), Some(409 | 404)) => {
-                        return Err(conflict(api_message(&e)));
-                    }
-                    r => r.map_err(|e| backend("commit", e))?,
-                }
-            }
-            Precondition::Any => api
-                .patch(
-                    &name,
-                    &PatchParams::apply(&self.inner.options.field_manager).force(),
-                    &Patch::Apply(&cm),
-                )
-                .await
-                .map_err(|e| backend("commit", e))?,
-        };
-        record_from(key, &stored)
+        let api = self.api_for(key).await?.0;
+        self.delete_named(&api, key, &key.name, precondition).await
     }
 
-    async fn delete(&self, key: &ObjectKey, precondition: Precondition) -> Result<Option<u64>> {
-        let (api, name) = if key.is_reserved() {
-            (self.records(), record_name(key))
-        } else {
-            (self.api_for(key).await?.0, key.name.clone())
-        };
+    /// Deletes `name` of `api` (the object of `key`) under `precondition`.
+    async fn delete_named(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+        name: &str,
+        precondition: Precondition,
+    ) -> Result<Option<u64>> {
         let mut params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..DeleteParams::default()
@@ -546,16 +465,19 @@ impl KubeStore {
         }
         let conflict = |found: String| conflict(key, precondition, found);
         if precondition == Precondition::Absent {
-            return match api.get_opt(&name).await.map_err(|e| backend("delete", e))? {
+            return match api.get_opt(name).await.map_err(|e| backend("delete", e))? {
                 None => Ok(None),
                 Some(_) => Err(conflict("present".into())),
             };
         }
-        match api.delete(&name, &params).await {
-            Ok(either) => Ok(either
-                .left()
-                .and_then(|o| o.metadata.resource_version)
-                .and_then(|rv| rv.parse().ok())),
+        match api.delete(name, &params).await {
+            Ok(either) => match either.left() {
+                // Still there (finalizers): the revision of the deletion's start.
+                Some(o) => parse_rv(o.metadata.resource_version.as_deref()),
+                // Gone, with a Status that names no revision: the store's revision now, at or
+                // past the deletion's (the change feed carries the deletion by then).
+                None => self.revision().await.map(Some),
+            },
             Err(e) if code(&e) == Some(404) => match precondition {
                 Precondition::Any => Ok(None),
                 _ => Err(conflict("absent".into())),
@@ -598,44 +520,6 @@ fn refused(op: &'static str, key: &ObjectKey, e: &kube::Error) -> Error {
             api_message(e)
         ),
     )
-}
-
-/// The ConfigMap name of a record: `<kind>.<name>` (with the namespace between them when the
-/// record has one), in lower case.
-fn record_name(key: &ObjectKey) -> String {
-    let kind = key.kind.to_ascii_lowercase();
-    if key.namespace.is_empty() {
-        format!("{kind}.{}", key.name)
-    } else {
-        format!("{kind}.{}.{}", key.namespace, key.name)
-    }
-}
-
-/// The record a ConfigMap holds, with the ConfigMap's resourceVersion.
-fn record_from(key: &ObjectKey, cm: &DynamicObject) -> Result<Object> {
-    let corrupt = |why: String| Error::Corrupt {
-        key: key.clone(),
-        source: why.into(),
-    };
-    let text = cm
-        .data
-        .get("data")
-        .and_then(|d| d.get(RECORD_DATA_KEY))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            corrupt(format!(
-                "ConfigMap {} has no data.{RECORD_DATA_KEY}",
-                cm.metadata.name.as_deref().unwrap_or_default()
-            ))
-        })?;
-    let mut object = super::decode(key, text)?;
-    let rv = parse_rv(cm.metadata.resource_version.as_deref())?;
-    if let Some(rv) = rv {
-        object
-            .metadata_mut()
-            .insert("resourceVersion".into(), Value::String(rv.to_string()));
-    }
-    Ok(object)
 }
 
 /// A live object as the core reads it, `managedFields` included (who set which field: named
@@ -698,23 +582,22 @@ impl Store for KubeStore {
                 .map_err(|e| backend("list", e))?;
             listing.revision = parse_rv(list.metadata.resource_version.as_deref())?.unwrap_or(0);
             for cm in &list.items {
-                let text = cm
-                    .data
-                    .get("data")
-                    .and_then(|d| d.get(RECORD_DATA_KEY))
-                    .and_then(Value::as_str)
-                    .unwrap_or("{}");
-                let Ok(value) = serde_json::from_str::<Value>(text) else {
+                let Some(key) = records::record_key(cm) else {
+                    listing.unreadable.insert(
+                        ObjectKey::new(
+                            RESERVED_GROUP,
+                            "ConfigMap",
+                            &self.inner.options.namespace,
+                            cm.metadata.name.as_deref().unwrap_or_default(),
+                        ),
+                        "a record ConfigMap that names no record".into(),
+                    );
                     continue;
                 };
-                let Ok(obj) = Object::from_value(value) else {
-                    continue;
-                };
-                let key = obj.key();
                 if !selector.matches(&key) {
                     continue;
                 }
-                match record_from(&key, cm) {
+                match self.record_from(&key, cm).await {
                     Ok(o) => {
                         listing.objects.insert(key, o);
                     }
@@ -1159,17 +1042,8 @@ impl KubeStore {
                 };
                 rv = revision.to_string();
                 let key = if records {
-                    let text = obj
-                        .data
-                        .get("data")
-                        .and_then(|d| d.get(RECORD_DATA_KEY))
-                        .and_then(Value::as_str)
-                        .unwrap_or("{}");
-                    match serde_json::from_str::<Value>(text)
-                        .ok()
-                        .and_then(|v| Object::from_value(v).ok())
-                    {
-                        Some(o) => o.key(),
+                    match records::record_key(&obj) {
+                        Some(key) => key,
                         None => continue,
                     }
                 } else {
