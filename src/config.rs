@@ -898,12 +898,24 @@ fn validate_sync(sync: &SyncConfig, i: usize, invalid: Invalid<'_>) -> Result<()
         ));
     }
     for (r, rule) in sync.ignore.iter().enumerate() {
-        if rule.paths.value.is_empty() {
+        let (at, rule) = (&rule.referenced, &rule.value);
+        if rule.paths.value.is_empty() && rule.managers.value.is_empty() {
             return Err(invalid(
-                &rule.paths.referenced,
-                field(&format!("ignore[{r}].paths")),
-                "name at least one field, e.g. `/spec/replicas`".into(),
+                at,
+                field(&format!("ignore[{r}]")),
+                "name at least one field (`paths: [/spec/replicas]`) or field manager \
+                 (`managers: [kube-controller-manager]`)"
+                    .into(),
             ));
+        }
+        for (m, manager) in rule.managers.value.iter().enumerate() {
+            if manager.value.trim().is_empty() || manager.value.len() > 128 {
+                return Err(invalid(
+                    &manager.referenced,
+                    field(&format!("ignore[{r}].managers[{m}]")),
+                    "a field manager's name, 1 to 128 characters, as managedFields names it".into(),
+                ));
+            }
         }
         for (p, pointer) in rule.paths.value.iter().enumerate() {
             if let Some(why) = crate::ignore::path_error(&pointer.value) {
@@ -1578,7 +1590,7 @@ mod tests {
         );
         let ok = parse_str("apps:\n- name: a\n  source: {repo: x}\n  sync:\n    ignore: [{paths: [/spec/replicas], target: {kind: Deployment}}]\n").unwrap();
         assert_eq!(
-            ok.config.apps[0].sync.ignore[0].paths.value[0].value,
+            ok.config.apps[0].sync.ignore[0].value.paths.value[0].value,
             "/spec/replicas"
         );
         let cel = parse_str("health:\n- kind: Widget\n  healthy: \"status.phase ==\"\n")

@@ -2,7 +2,9 @@
 //! `spec.replicas`, a mutating webhook's injections), as Argo CD's `ignoreDifferences` and
 //! Flux's `driftIgnoreRules`. An ignored field is taken out of the declaration before anything
 //! is compared or applied, as Flux does: it is never drift, never reverted, and driftless never
-//! becomes its manager. Pure: no I/O.
+//! becomes its manager. `paths` are taken out when the app is rendered ([`strip`]); `managers`
+//! (Argo CD's `managedFieldsManagers`) need the live object, and are taken out by the sync on
+//! stores that keep `managedFields` ([`strip_managed`]). Pure: no I/O.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,13 +12,22 @@ use serde_saphyr::Spanned;
 
 use crate::object::{Object, ObjectKey};
 
-/// One rule: `{paths: [/spec/replicas], target: {kind: Deployment, name: web}}`.
+/// One rule: `{paths: [/spec/replicas], target: {kind: Deployment, name: web}}`, or
+/// `{managers: [kube-controller-manager]}`; at least one path or manager.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct IgnoreRule {
     /// JSON pointers (RFC 6901) of the ignored fields, e.g. `/spec/replicas` or
-    /// `/metadata/annotations/sidecar.istio.io~1status`. At least one.
+    /// `/metadata/annotations/sidecar.istio.io~1status`.
+    #[serde(default = "nothing")]
     pub paths: Spanned<Vec<Spanned<String>>>,
+    /// Field managers (as `metadata.managedFields[].manager` names them, exactly, e.g.
+    /// `kube-controller-manager` or `istio-sidecar-injector`): a declared field that one of
+    /// them manages in the live object is ignored, as Argo CD's
+    /// `ignoreDifferences[].managedFieldsManagers`. Only on stores that keep `managedFields`
+    /// (Kubernetes).
+    #[serde(default = "nothing")]
+    pub managers: Spanned<Vec<Spanned<String>>>,
     /// Which objects the rule applies to; every object of the app when left out.
     #[serde(default)]
     pub target: Option<IgnoreTarget>,
@@ -42,6 +53,10 @@ pub struct IgnoreTarget {
     /// (`key` alone: the label exists; `!key`: it does not).
     #[serde(default)]
     pub label_selector: Option<Spanned<String>>,
+}
+
+fn nothing() -> Spanned<Vec<Spanned<String>>> {
+    crate::yaml::unspanned(Vec::new())
 }
 
 /// Why a rule is malformed, for the config's error at the field.
@@ -130,6 +145,92 @@ pub fn strip(key: &ObjectKey, object: &mut Object, rules: &[IgnoreRule]) -> usiz
     removed
 }
 
+/// Takes out of one declaration, in place, the fields that a manager named by a rule with
+/// `managers` (whose target matches) manages in `live`, by its `metadata.managedFields`
+/// (`fieldsV1`: `f:<field>` a field, `k:{"name":"web"}` a list item by its name). A list item
+/// keyed otherwise (ports by number) is left whole, and an item's `name` stays (it is the key
+/// the API server merges by). Returns how many fields were removed.
+pub fn strip_managed(
+    key: &ObjectKey,
+    declared: &mut Object,
+    live: &Object,
+    rules: &[IgnoreRule],
+) -> usize {
+    let Some(entries) = live
+        .metadata()
+        .get("managedFields")
+        .and_then(Value::as_array)
+    else {
+        return 0;
+    };
+    let mut removed = 0;
+    for rule in rules.iter().filter(|r| !r.managers.value.is_empty()) {
+        if rule
+            .target
+            .as_ref()
+            .is_some_and(|t| !t.matches(key, declared))
+        {
+            continue;
+        }
+        let owned: Vec<&Value> = entries
+            .iter()
+            .filter(|e| {
+                let manager = e.get("manager").and_then(Value::as_str).unwrap_or_default();
+                rule.managers.value.iter().any(|m| m.value == manager)
+            })
+            .filter_map(|e| e.get("fieldsV1"))
+            .collect();
+        if !owned.is_empty() {
+            removed += strip_owned(declared.as_map_mut(), &owned, None);
+        }
+    }
+    removed
+}
+
+/// Removes from `declared` the fields any of `owned` (fieldsV1 nodes at the same level) holds;
+/// `keep` is a field that stays (a list item's merge key).
+fn strip_owned(
+    declared: &mut serde_json::Map<String, Value>,
+    owned: &[&Value],
+    keep: Option<&str>,
+) -> usize {
+    let has_children = |n: &&Value| n.as_object().is_some_and(|m| m.keys().any(|k| k != "."));
+    let mut removed = 0;
+    let fields: Vec<String> = declared.keys().cloned().collect();
+    for field in fields {
+        if Some(field.as_str()) == keep {
+            continue;
+        }
+        let f = format!("f:{field}");
+        let nodes: Vec<&Value> = owned.iter().filter_map(|n| n.get(&f)).collect();
+        if nodes.is_empty() {
+            continue;
+        }
+        let deeper = nodes.iter().any(has_children);
+        match declared.get_mut(&field) {
+            Some(Value::Object(m)) if deeper => removed += strip_owned(m, &nodes, None),
+            Some(Value::Array(items)) if deeper => {
+                for item in items.iter_mut() {
+                    let Value::Object(item) = item else { continue };
+                    let Some(name) = item.get("name").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    let k = format!("k:{}", serde_json::json!({ "name": name }));
+                    let item_nodes: Vec<&Value> = nodes.iter().filter_map(|n| n.get(&k)).collect();
+                    if !item_nodes.is_empty() {
+                        removed += strip_owned(item, &item_nodes, Some("name"));
+                    }
+                }
+            }
+            _ => {
+                declared.remove(&field);
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 /// Removes the value at a JSON pointer (RFC 6901: `~1` is `/`, `~0` is `~`; a list item by its
 /// index). False when nothing is there.
 fn remove_pointer(root: &mut serde_json::Map<String, Value>, pointer: &str) -> bool {
@@ -197,7 +298,44 @@ mod tests {
                     .collect(),
             ),
             target,
+            managers: crate::yaml::unspanned(Vec::new()),
         }
+    }
+
+    #[test]
+    fn fields_a_named_manager_manages_leave_the_declaration_and_the_rest_stays() {
+        let mut d = deployment(json!({"app": "web"}));
+        let key = d.key();
+        let mut live = d.clone();
+        live.metadata_mut().insert(
+            "managedFields".into(),
+            json!([
+                {"manager": "driftless", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "vpa-recommender", "operation": "Update", "fieldsV1": {"f:spec": {
+                    "f:replicas": {},
+                    "f:template": {"f:spec": {"f:containers": {
+                        "k:{\"name\":\"side\"}": {".": {}, "f:name": {}, "f:image": {}}}}}}}},
+            ]),
+        );
+        let mut rule = rule(&[], None);
+        rule.managers =
+            crate::yaml::unspanned(vec![crate::yaml::unspanned("vpa-recommender".to_string())]);
+        assert_eq!(strip_managed(&key, &mut d, &live, &[rule.clone()]), 2);
+        assert!(d.get("spec").unwrap().get("replicas").is_none());
+        assert_eq!(
+            d.get("spec")
+                .unwrap()
+                .pointer("/template/spec/containers")
+                .unwrap(),
+            &json!([{"name": "web", "image": "nginx"}, {"name": "side"}]),
+            "the item's name stays: it is the key the API server merges by"
+        );
+        // Another manager, or no managedFields: nothing leaves.
+        let mut d = deployment(json!({"app": "web"}));
+        rule.managers = crate::yaml::unspanned(vec![crate::yaml::unspanned("hpa".to_string())]);
+        assert_eq!(strip_managed(&key, &mut d, &live, &[rule.clone()]), 0);
+        let unmanaged = d.clone();
+        assert_eq!(strip_managed(&key, &mut d, &unmanaged, &[rule]), 0);
     }
 
     #[test]

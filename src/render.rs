@@ -85,7 +85,7 @@ impl Render {
     /// (`apps[].target.namespace`).
     pub fn for_app(cfg: &AppConfig) -> Self {
         let mut render = Self::new(Renderer::for_app(cfg), &cfg.target.namespace.value);
-        render.ignore = cfg.sync.ignore.clone();
+        render.ignore = cfg.sync.ignore_rules();
         render
     }
 

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use crate::diff::{self, Action, Plan, PlanOptions};
+use crate::ignore::{self, IgnoreRule};
 use crate::object::{Object, ObjectKey, RESERVED_GROUP, Revision};
 use crate::store::{self, Precondition, Selector, Store, Write};
 
@@ -377,6 +378,10 @@ pub struct Request<'a> {
     pub scope: Option<&'a BTreeSet<ObjectKey>>,
     /// Prune and empty-set rules.
     pub options: PlanOptions,
+    /// The app's ignore rules (`sync.ignore`): their `paths` are out of `desired` already;
+    /// their `managers` are applied here, against the live objects' `managedFields`, on
+    /// stores that apply declared fields ([`ignore::strip_managed`]).
+    pub ignore: &'a [IgnoreRule],
     /// Plan only; write nothing.
     pub dry_run: bool,
     /// Declared objects not to write in this pass (reverts held back while another writer
@@ -541,6 +546,24 @@ async fn attempt_sync(
         .into_iter()
         .collect();
     let live = store.get_many(&keys).await.map_err(Error::Store)?.objects;
+    // Fields another manager is meant to own (`sync.ignore[].managers`) leave the declaration
+    // here, where the live object says who manages what.
+    let mut managed_ignored: BTreeMap<ObjectKey, Object> = BTreeMap::new();
+    if store.promises().server_side_apply && req.ignore.iter().any(|r| !r.managers.value.is_empty())
+    {
+        for (k, declared) in &desired {
+            let Some(found) = live.get(*k) else { continue };
+            let mut stripped = (*declared).clone();
+            if ignore::strip_managed(k, &mut stripped, found, req.ignore) > 0 {
+                managed_ignored.insert((*k).clone(), stripped);
+            }
+        }
+    }
+    for (k, declared) in desired.iter_mut() {
+        if let Some(stripped) = managed_ignored.get(*k) {
+            *declared = stripped;
+        }
+    }
     // On a shared target (Kubernetes) an object may exist before the app declares it: it is
     // taken over only when it already matches Git, or `sync.adopt` says so; never silently
     // from another tool or another app's label.
@@ -1034,6 +1057,7 @@ mod tests {
             desired,
             scope: None,
             options: PlanOptions::default(),
+            ignore: &[],
             dry_run: false,
             inventory: None,
             hold: None,

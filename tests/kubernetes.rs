@@ -822,7 +822,7 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
         &cp,
         &repo,
         "1s",
-        "    sync:\n      ignore:\n        - paths: [/spec/replicas]\n          target: {group: apps, kind: Deployment}\n",
+        "    sync:\n      ignore:\n        - paths: [/spec/replicas]\n          target: {group: apps, kind: Deployment}\n        - managers: [vpa-recommender]\n",
     );
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     agent
@@ -838,6 +838,20 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
     };
     deployments
         .patch("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
+        .await
+        .unwrap();
+    // A vertical autoscaler sets a limit Git declares: the rule `managers: [vpa-recommender]`
+    // leaves the fields it manages to it.
+    let vpa = PatchParams {
+        field_manager: Some("vpa-recommender".into()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch(
+            "web",
+            &vpa,
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "resources": {"limits": {"memory": "2Gi"}}}]}}}})),
+        )
         .await
         .unwrap();
     let edit = PatchParams {
@@ -862,6 +876,20 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
     tokio::time::sleep(Duration::from_secs(3)).await;
     let d = deployments.get("web").await.unwrap();
     assert_eq!(d.spec.replicas, Some(5), "{}", agent.log());
+    let limits = d.spec.template.spec.as_ref().unwrap().containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .limits
+        .clone()
+        .unwrap();
+    assert_eq!(
+        limits["memory"].0,
+        "2Gi",
+        "the field vpa-recommender manages stays its own: {}",
+        agent.log()
+    );
+    assert_eq!(limits["cpu"].0, "1", "the rest of the container is Git's");
     let owned_by_driftless = d
         .metadata
         .managed_fields
@@ -920,6 +948,7 @@ async fn prune_deletes_what_the_app_owns_and_holds_a_namespace_with_foreign_obje
     agent
         .wait("the removed objects pruned", 30, || async {
             default.get_opt("gone").await.unwrap().is_none()
+                && shop.get_opt("prices").await.unwrap().is_none()
         })
         .await;
     let said = agent.log();

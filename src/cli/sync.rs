@@ -165,6 +165,7 @@ pub(super) async fn diff_cmd(
             .into_iter()
             .map(|(k, d)| (k, d.object))
             .collect();
+        let ignore = app.sync.ignore_rules();
         let outcome = crate::sync::sync(
             store.as_ref(),
             &crate::sync::Request {
@@ -179,6 +180,7 @@ pub(super) async fn diff_cmd(
                     adopt: app.sync.adopt,
                     prune_non_empty: app.sync.prune_non_empty,
                 },
+                ignore: &ignore,
                 dry_run: true,
                 inventory: None,
                 hold: None,

@@ -967,6 +967,7 @@ impl App {
         if let Some(h) = &hold {
             self.held_keys.extend(h.iter().cloned());
         }
+        let ignore = self.cfg.sync.ignore_rules();
         let request = sync::Request {
             app: self.name(),
             revision: &revision,
@@ -979,6 +980,7 @@ impl App {
                 adopt: self.cfg.sync.adopt,
                 prune_non_empty: self.cfg.sync.prune_non_empty,
             },
+            ignore: &ignore,
             dry_run,
             inventory: self.inventory.as_ref(),
             hold: hold.as_ref(),

@@ -377,7 +377,9 @@ impl Previews {
                 .clone()
                 .unwrap_or(Revision(String::new()));
             let source = format!("preview of {} #{number}", self.name());
+            let ignore = self.cfg.sync.ignore_rules();
             let request = sync::Request {
+                ignore: &ignore,
                 app: &inv_name,
                 revision: &revision,
                 source: &source,
@@ -547,7 +549,9 @@ impl Previews {
             .map(|(k, d)| (k, d.object))
             .collect();
         let source = format!("preview #{number}");
+        let ignore = self.cfg.sync.ignore_rules();
         let request = sync::Request {
+            ignore: &ignore,
             app: self.name(),
             revision: &head.revision,
             source: &source,
@@ -647,7 +651,9 @@ impl Previews {
             }
         }
         let source = format!("preview of {} #{number}", self.name());
+        let ignore = self.cfg.sync.ignore_rules();
         let request = sync::Request {
+            ignore: &ignore,
             app: &inv_name,
             revision,
             source: &source,

@@ -69,10 +69,17 @@ pub struct SyncConfig {
     /// Fields another writer owns (an HPA's `spec.replicas`): taken out of the declarations,
     /// never drift, never reverted, as Flux's `driftIgnoreRules`.
     #[serde(default)]
-    pub ignore: Vec<IgnoreRule>,
+    pub ignore: Vec<Spanned<IgnoreRule>>,
     /// Sync windows: when automatic applies and drift reverts may run.
     #[serde(default)]
     pub windows: Vec<WindowConfig>,
+}
+
+impl SyncConfig {
+    /// The ignore rules (`ignore:`) without their places in the config file.
+    pub fn ignore_rules(&self) -> Vec<IgnoreRule> {
+        self.ignore.iter().map(|r| r.value.clone()).collect()
+    }
 }
 
 impl Default for SyncConfig {
