@@ -7,7 +7,7 @@
 //! | `driftless_app_resources` | gauge | app, sync | objects per sync status |
 //! | `driftless_app_condition` | gauge (0 or 1) | app, type, status | 1 for the status each condition has now (`True`, `False`, `Unknown`), 0 for the other two, as Flux's `gotk_reconcile_condition`; every condition type has its series from the start, all 0 while the app does not have the condition |
 //! | `driftless_reconcile_duration_seconds` | histogram | app | duration of one reconcile |
-//! | `driftless_drift_reverted_total` | counter | app | objects whose drift the change feed reverted |
+//! | `driftless_drift_reverted_total` | counter | app, manager | objects whose drift was reverted; `manager` is the field manager behind the change, from the live object's `managedFields` (Kubernetes), `unknown` where the store keeps none (SQLite, etcd) or no manager is named |
 //! | `driftless_source_fetch_duration_seconds` | histogram | app | duration of one fetch |
 //! | `driftless_source_fetch_errors_total` | counter | app | failed fetches |
 //! | `driftless_commit_status_requests_total` | counter | provider, result | requests to the Git host: `result` is `success`, `retry` (5xx/429, retried), `error` (other failures), `capped` (the provider's status limit), `skipped` (the provider already had it) |
@@ -30,6 +30,15 @@ use crate::status::{AppStatus, ConditionType, SyncStatus};
 struct AppLabel {
     app: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DriftLabels {
+    app: String,
+    manager: String,
+}
+
+/// The `manager` of a drift whose manager is not known.
+pub const UNKNOWN_MANAGER: &str = "unknown";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InfoLabels {
@@ -78,7 +87,7 @@ pub struct Metrics {
     resources: Family<ResourceLabels, Gauge>,
     conditions: Family<ConditionLabels, Gauge>,
     reconcile_duration: SecondsHistogram,
-    drift_reverted: Family<AppLabel, Counter>,
+    drift_reverted: Family<DriftLabels, Counter>,
     fetch_duration: SecondsHistogram,
     fetch_errors: Family<AppLabel, Counter>,
     status_requests: Family<RequestLabels, Counter>,
@@ -101,7 +110,7 @@ impl Metrics {
         let resources = Family::<ResourceLabels, Gauge>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         let reconcile_duration: SecondsHistogram = Family::new_with_constructor(seconds_histogram);
-        let drift_reverted = Family::<AppLabel, Counter>::default();
+        let drift_reverted = Family::<DriftLabels, Counter>::default();
         let fetch_duration: SecondsHistogram = Family::new_with_constructor(seconds_histogram);
         let fetch_errors = Family::<AppLabel, Counter>::default();
         let status_requests = Family::<RequestLabels, Counter>::default();
@@ -170,7 +179,10 @@ impl Metrics {
     /// in advance).
     pub fn register_app(&self, app: &str) {
         let label = AppLabel { app: app.into() };
-        let _ = self.drift_reverted.get_or_create(&label);
+        let _ = self.drift_reverted.get_or_create(&DriftLabels {
+            app: app.into(),
+            manager: UNKNOWN_MANAGER.into(),
+        });
         let _ = self.fetch_errors.get_or_create(&label);
         let _ = self.fetch_duration.get_or_create(&label);
         let _ = self.reconcile_duration.get_or_create(&label);
@@ -278,10 +290,14 @@ impl Metrics {
         }
     }
 
-    /// Counts objects whose drift was reverted.
-    pub fn drift_reverted(&self, app: &str, n: u64) {
+    /// Counts objects whose drift was reverted, by the field manager behind the change
+    /// ([`UNKNOWN_MANAGER`] when not known).
+    pub fn drift_reverted(&self, app: &str, manager: &str, n: u64) {
         self.drift_reverted
-            .get_or_create(&AppLabel { app: app.into() })
+            .get_or_create(&DriftLabels {
+                app: app.into(),
+                manager: manager.into(),
+            })
             .inc_by(n);
     }
 

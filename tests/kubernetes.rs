@@ -260,6 +260,19 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
                 && m.ends_with(": data.mode")),
             "{settings}"
         );
+        // And in the drift metric's `manager` label.
+        let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", agent.port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.lines().any(|l| l.starts_with(
+                "driftless_drift_reverted_total{app=\"guestbook\",manager=\"kubectl-edit\"} "
+            ) && !l.ends_with(" 0")),
+            "{metrics}"
+        );
 
         // The store commands read the cluster: kinds by kubectl's names, through discovery.
         let cli = |args: &[&str]| agent.cli(args);

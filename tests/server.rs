@@ -409,7 +409,7 @@ async fn metrics_are_present_and_the_gap_age_grows_while_out_of_sync() {
         "driftless_source_fetch_duration_seconds_count{app=\"demo\"}",
         "driftless_source_fetch_errors_total{app=\"demo\"} 0",
         // Every counter exists at 0 before its first event, so alerts on rate() have a series.
-        "driftless_drift_reverted_total{app=\"demo\"} 0",
+        "driftless_drift_reverted_total{app=\"demo\",manager=\"unknown\"} 0",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
@@ -465,7 +465,10 @@ async fn drift_reverted_is_counted() {
             .text()
             .await
             .unwrap();
-        count = metric(&text, "driftless_drift_reverted_total{app=\"demo\"}");
+        count = metric(
+            &text,
+            "driftless_drift_reverted_total{app=\"demo\",manager=\"unknown\"}",
+        );
         if count == Some(1.0) {
             break;
         }

@@ -394,8 +394,8 @@ impl App {
         if let Some(m) = &self.metrics {
             m.reconcile_duration(self.name(), started.elapsed().as_secs_f64());
             m.observe_status(&self.status);
-            if report.drift_reverted > 0 {
-                m.drift_reverted(self.name(), report.drift_reverted as u64);
+            for (manager, n) in &report.reverted_by {
+                m.drift_reverted(self.name(), manager, *n);
             }
         }
         let now = std::time::Instant::now();
@@ -1029,6 +1029,11 @@ impl App {
             {
                 let fields: Vec<String> = step.changes.iter().map(|c| c.path.clone()).collect();
                 let by = self.changed_by(step);
+                let manager = by
+                    .first()
+                    .and_then(|who| who.split(" at ").next())
+                    .unwrap_or(crate::metrics::UNKNOWN_MANAGER);
+                *report.reverted_by.entry(manager.to_string()).or_default() += 1;
                 match by.first() {
                     Some(who) => {
                         tracing::info!(object = %step.key, action = ?step.action, fields = ?fields, changed_by = %who, "Drift reverted")

@@ -146,6 +146,9 @@ pub struct Report {
     pub summary: Summary,
     /// Objects whose drift was reverted by a change-feed trigger.
     pub drift_reverted: usize,
+    /// Of those, how many per field manager behind the change (`unknown` when the store
+    /// names none), for the drift metric's `manager` label.
+    pub reverted_by: std::collections::BTreeMap<String, u64>,
     /// True when a new revision was applied.
     pub applied_new_revision: bool,
     /// The store revision written, 0 when nothing was.
