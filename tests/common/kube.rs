@@ -22,7 +22,27 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     dir: tempfile::TempDir,
     apiserver: Option<Child>,
-    _etcd: EtcdServer,
+    /// The API server's flags but `--secure-port`, to start it again or start another.
+    args: Vec<String>,
+    port: u16,
+    /// The CA and admin credentials, for the kubeconfig of another API server.
+    credentials: (PathBuf, PathBuf, PathBuf),
+    etcd: EtcdServer,
+}
+
+/// A second `kube-apiserver` on the same etcd ([`ControlPlane::second_apiserver`]), stopped
+/// on drop.
+pub struct SecondApiServer {
+    /// A kubeconfig for it, as the admin.
+    pub kubeconfig: PathBuf,
+    child: Child,
+}
+
+impl Drop for SecondApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl ControlPlane {
@@ -37,59 +57,138 @@ impl ControlPlane {
         let (sa_key, sa_pub) = pki.key_pair("service-account");
         let port = super::free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let log = std::fs::File::create(dir.path().join("kube-apiserver.log")).unwrap();
-        let bin = super::tool("KUBE_APISERVER_BIN", "kube-apiserver");
-        let child = Command::new(&bin)
-            .arg(format!("--etcd-servers={}", etcd.endpoint()))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
+        let args = vec![
+            format!("--etcd-servers={}", etcd.endpoint()),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
             // No kubernetes.default endpoints: its address would be loopback, which the
             // endpoint reconciler refuses.
-            .arg("--endpoint-reconciler-type=none")
-            .arg(format!("--secure-port={port}"))
-            .arg(format!("--cert-dir={}", dir.path().display()))
-            .arg(format!("--tls-cert-file={}", serving_cert.display()))
-            .arg(format!("--tls-private-key-file={}", serving_key.display()))
-            .arg(format!("--client-ca-file={}", pki.ca().display()))
-            .arg("--authorization-mode=RBAC")
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
-            .arg(format!("--service-account-issuer={url}"))
-            .arg(format!("--service-account-key-file={}", sa_pub.display()))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                sa_key.display()
-            ))
-            .arg("--allow-privileged=true")
+            "--endpoint-reconciler-type=none".into(),
+            format!("--cert-dir={}", dir.path().display()),
+            format!("--tls-cert-file={}", serving_cert.display()),
+            format!("--tls-private-key-file={}", serving_key.display()),
+            format!("--client-ca-file={}", pki.ca().display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--service-account-issuer={url}"),
+            format!("--service-account-key-file={}", sa_pub.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            "--allow-privileged=true".into(),
             // No controller manager makes the default ServiceAccount, as in envtest.
-            .arg("--disable-admission-plugins=ServiceAccount")
-            .arg("--profiling=false")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{bin} starts: {e}"));
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--profiling=false".into(),
+        ];
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
-                 clusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
-                 users:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\n\
-                 contexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\n",
-                pki.ca().display(),
-                admin_cert.display(),
-                admin_key.display()
-            ),
-        )
-        .unwrap();
+        let credentials = (pki.ca(), admin_cert, admin_key);
+        write_kubeconfig(&kubeconfig, &url, &credentials);
         let mut cp = ControlPlane {
             url,
             kubeconfig,
             dir,
-            apiserver: Some(child),
-            _etcd: etcd,
+            apiserver: None,
+            args,
+            port,
+            credentials,
+            etcd,
         };
-        cp.wait_ready().await;
+        cp.start_apiserver().await;
         cp
+    }
+
+    fn spawn(&self, port: u16, log: &str) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(log))
+            .unwrap();
+        let bin = super::tool("KUBE_APISERVER_BIN", "kube-apiserver");
+        Command::new(&bin)
+            .args(&self.args)
+            .arg(format!("--secure-port={port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{bin} starts: {e}"))
+    }
+
+    /// Starts the API server (again, after [`Self::stop_apiserver`]: same port, same etcd)
+    /// and waits until it is ready.
+    pub async fn start_apiserver(&mut self) {
+        assert!(self.apiserver.is_none(), "the API server is running");
+        self.apiserver = Some(self.spawn(self.port, "kube-apiserver.log"));
+        self.wait_ready().await;
+    }
+
+    /// Stops the API server (SIGKILL, as a crash); etcd keeps running.
+    pub fn stop_apiserver(&mut self) {
+        if let Some(mut c) = self.apiserver.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts another API server on the same etcd, on its own port, ready when this returns:
+    /// the way to change the cluster while the first one is down.
+    pub async fn second_apiserver(&self) -> SecondApiServer {
+        let port = super::free_port();
+        let kubeconfig = self.dir.path().join("kubeconfig-second");
+        write_kubeconfig(
+            &kubeconfig,
+            &format!("https://127.0.0.1:{port}"),
+            &self.credentials,
+        );
+        let mut second = SecondApiServer {
+            kubeconfig,
+            child: self.spawn(port, "kube-apiserver-second.log"),
+        };
+        let client = client_from(&second.kubeconfig).await;
+        let start = Instant::now();
+        loop {
+            let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
+            if matches!(client.request_text(req).await, Ok(body) if body.trim() == "ok") {
+                return second;
+            }
+            if let Ok(Some(status)) = second.child.try_wait() {
+                panic!("the second kube-apiserver exited with {status}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "second kube-apiserver not ready"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Compacts etcd's history up to its current revision (through etcd's JSON gateway), as
+    /// the API server's own compaction does every 5 minutes; returns that revision.
+    pub async fn compact_etcd(&self) -> u64 {
+        let base = self.etcd.endpoint();
+        let http = reqwest::Client::new();
+        let range: serde_json::Value = http
+            .post(format!("{base}/v3/kv/range"))
+            .json(&serde_json::json!({"key": "Lw=="}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let revision: u64 = range["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("etcd's revision: {range}"));
+        let compacted = http
+            .post(format!("{base}/v3/kv/compaction"))
+            .json(&serde_json::json!({"revision": revision.to_string(), "physical": true}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            compacted.status().is_success(),
+            "{:?}",
+            compacted.text().await
+        );
+        revision
     }
 
     /// A kube-rs client for the admin user, read from [`ControlPlane::kubeconfig`].
@@ -137,6 +236,27 @@ pub async fn client_from(kubeconfig: &std::path::Path) -> kube::Client {
     .await
     .unwrap();
     kube::Client::try_from(config).unwrap()
+}
+
+/// Writes a kubeconfig for the admin user of the API server at `url`.
+fn write_kubeconfig(
+    path: &std::path::Path,
+    url: &str,
+    (ca, cert, key): &(PathBuf, PathBuf, PathBuf),
+) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             clusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
+             users:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\n\
+             contexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\n",
+            ca.display(),
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
 }
 
 impl Drop for ControlPlane {
