@@ -287,6 +287,34 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
         assert_eq!(got["data"]["mode"], "blue");
         let (code, _, _) = cli(&["store", "get", "cm", "nothing-here"]);
         assert_eq!(code, Some(1));
+        // `store put` writes as field manager driftless-cli: drift, reverted, named.
+        let edited = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            edited.path(),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {mode: green}\n",
+        )
+        .unwrap();
+        let (code, _, err) = cli(&["store", "put", "-f", edited.path().to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+        agent
+            .wait("the put reverted and named", 20, || async {
+                agent.log().contains("changed_by=driftless-cli at ")
+                    && configmaps.get("settings").await.unwrap().data.unwrap()["mode"] == "blue"
+            })
+            .await;
+        // `store delete` deletes from the cluster: recreated.
+        let before = configmaps.get("settings").await.unwrap().metadata.uid;
+        let (code, _, err) = cli(&["store", "delete", "cm", "settings"]);
+        assert_eq!(code, Some(0), "{err}");
+        agent
+            .wait("the deleted ConfigMap recreated", 20, || async {
+                configmaps
+                    .get_opt("settings")
+                    .await
+                    .unwrap()
+                    .is_some_and(|c| c.metadata.uid != before)
+            })
+            .await;
 
         // A deleted object is recreated.
         services

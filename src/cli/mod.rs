@@ -216,7 +216,8 @@ pub enum StoreCommand {
         #[arg(short, long, value_enum, default_value_t = ObjectFormat::Yaml)]
         output: ObjectFormat,
     },
-    /// Write each object in FILE as given (`-` for standard input).
+    /// Write each object in FILE as given (`-` for standard input); on Kubernetes as field
+    /// manager `driftless-cli`, so the agent sees it as drift and names who made it.
     Put {
         /// A YAML or JSON file of one or more objects.
         #[arg(short, long)]

@@ -16,7 +16,7 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
         return open_etcd_store(cfg).await;
     }
     if cfg.config.store.kubernetes.is_some() {
-        return open_kubernetes_store(cfg, true).await;
+        return open_kubernetes_store(cfg, true, None).await;
     }
     let path = cfg
         .sqlite_path()
@@ -33,8 +33,25 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
+/// The field manager of `driftless store put` on Kubernetes: what it writes is someone else's
+/// change to the agent, drift named as this manager's.
+pub const CLI_FIELD_MANAGER: &str = "driftless-cli";
+
+/// The store for `driftless store put`: [`open_store`], but on Kubernetes writing as
+/// [`CLI_FIELD_MANAGER`] rather than the agent's field manager.
+pub(super) async fn open_store_for_hand_edits(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
+    if cfg.config.store.etcd.is_none() && cfg.config.store.kubernetes.is_some() {
+        return open_kubernetes_store(cfg, true, Some(CLI_FIELD_MANAGER)).await;
+    }
+    open_store(cfg).await
+}
+
 #[cfg(not(feature = "kubernetes"))]
-async fn open_kubernetes_store(_cfg: &Loaded, _create: bool) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_kubernetes_store(
+    _cfg: &Loaded,
+    _create: bool,
+    _field_manager: Option<&str>,
+) -> anyhow::Result<Arc<dyn Store>> {
     bail!(
         "store.kubernetes: this driftless was built without Kubernetes support; build it with `cargo build --release --features kubernetes`"
     )
@@ -42,9 +59,13 @@ async fn open_kubernetes_store(_cfg: &Loaded, _create: bool) -> anyhow::Result<A
 
 /// Connects to the API server of `store.kubernetes` (see [`config::KubernetesConfig`] for
 /// where the kubeconfig comes from); with `create`, makes sure the records' namespace exists
-/// (reading commands do not create it).
+/// (reading commands do not create it). `field_manager` replaces the configured one.
 #[cfg(feature = "kubernetes")]
-async fn open_kubernetes_store(cfg: &Loaded, create: bool) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_kubernetes_store(
+    cfg: &Loaded,
+    create: bool,
+    field_manager: Option<&str>,
+) -> anyhow::Result<Arc<dyn Store>> {
     use crate::store::kubernetes::{KubeStore, Options};
     let k = &cfg
         .config
@@ -91,7 +112,8 @@ async fn open_kubernetes_store(cfg: &Loaded, create: bool) -> anyhow::Result<Arc
     let store = KubeStore::open(
         client,
         Options {
-            field_manager: k.field_manager.value.clone(),
+            field_manager: field_manager
+                .map_or_else(|| k.field_manager.value.clone(), String::from),
             namespace: k.namespace.value.clone(),
             force: k.force,
             create_namespace: create,
@@ -331,7 +353,7 @@ pub(super) async fn wait_for_store(store: &Arc<dyn Store>) -> anyhow::Result<boo
 pub(super) async fn open_existing_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     // etcd and Kubernetes: a server; nothing is created by opening it.
     if cfg.config.store.kubernetes.is_some() {
-        return open_kubernetes_store(cfg, false).await;
+        return open_kubernetes_store(cfg, false, None).await;
     }
     let Some(path) = cfg.sqlite_path() else {
         return open_store(cfg).await;

@@ -284,7 +284,7 @@ pub(super) fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Resul
 
 pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<u8> {
     let store = if matches!(cmd, StoreCommand::Put { .. }) {
-        open_store(&cfg).await?
+        open_store_for_hand_edits(&cfg).await?
     } else {
         open_existing_store(&cfg).await?
     };
