@@ -1150,3 +1150,85 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
         })
         .await;
 }
+
+/// Health from the status controllers write: no controller runs here, so the test writes a
+/// Deployment's status through the status subresource as kube-controller-manager would.
+/// Before any status: Progressing; rolled out: Healthy; past its progress deadline: Degraded,
+/// with the reason in the message. A status write is never drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_status_a_controller_writes_through_the_status_subresource() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let cp = ControlPlane::start().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/web.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: 'nginx:1.27'}]\n",
+    );
+    repo.commit("web");
+    let agent = Agent::start(&cp, &repo, "1h");
+    let deployments: Api<Deployment> = Api::namespaced(cp.client().await, "default");
+    let web = || async {
+        let st = agent.status().await;
+        let r = st["resources"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == "web").cloned())
+            .unwrap_or_default();
+        (st["health"].clone(), r)
+    };
+    agent
+        .wait("Progressing before any status", 60, || async {
+            let (app, r) = web().await;
+            app == "Progressing" && r["health"] == "Progressing"
+        })
+        .await;
+    let controller = PatchParams::apply("kube-controller-manager").force();
+    let generation = deployments.get("web").await.unwrap().metadata.generation;
+    let status = |conditions: serde_json::Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "status": {"observedGeneration": generation, "replicas": 2, "updatedReplicas": 2,
+                "readyReplicas": 2, "availableReplicas": 2, "conditions": conditions}})
+    };
+    deployments
+        .patch_status(
+            "web",
+            &controller,
+            &Patch::Apply(status(json!([
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]))),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("Healthy once rolled out", 20, || async {
+            let (app, r) = web().await;
+            app == "Healthy" && r["health"] == "Healthy"
+        })
+        .await;
+    deployments
+        .patch_status(
+            "web",
+            &controller,
+            &Patch::Apply(status(json!([
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                 "message": "ReplicaSet \"web-5d\" has timed out progressing."}]))),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("Degraded past the progress deadline", 20, || async {
+            let (app, r) = web().await;
+            app == "Degraded"
+                && r["health"] == "Degraded"
+                && r["healthMessage"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("exceeded its progress deadline"))
+        })
+        .await;
+    let said = agent.log();
+    assert!(
+        !said.contains("Drift reverted"),
+        "a status write is not drift: {said}"
+    );
+    assert_eq!(agent.status().await["sync"], "Synced");
+}
