@@ -1,4 +1,5 @@
-# driftless container image: a release build with the etcd feature, on a slim non-root runtime.
+# driftless container image: a release build with the etcd and kubernetes features, on a slim
+# non-root runtime.
 #   docker build -t driftless .
 #   docker run --rm -v "$PWD/config:/etc/driftless/config:ro" -p 7777:7777 driftless
 # The image runs `driftless -c /etc/driftless/config/driftless.yaml run`; mount your config
@@ -14,7 +15,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY benches benches
-RUN cargo build --release --locked --features etcd \
+RUN cargo build --release --locked --features etcd,kubernetes \
  && cp target/release/driftless /driftless
 
 # --- runtime ---

@@ -221,7 +221,8 @@ fn the_default_values_render_one_agent_on_sqlite_with_a_volume() {
             "ConfigMap",
             "Deployment",
             "PersistentVolumeClaim",
-            "Service"
+            "Service",
+            "ServiceAccount"
         ]
     );
     let d = check_pod(&objects);
@@ -257,6 +258,7 @@ fn etcd_replicas_with_webhooks_render_without_inlining_a_secret() {
             "Deployment",
             "Ingress",
             "Service",
+            "ServiceAccount",
             "ServiceMonitor"
         ],
         "no PersistentVolumeClaim (each replica's cache is an emptyDir) and no Secret"
@@ -345,6 +347,64 @@ fn bad_values_are_refused_with_the_reason() {
     refused(
         json!({"apps": [{"name": "Not_A_Label", "source": {"repo": "x"}}]}),
         &["schema", "/apps/0/name"],
+    );
+    refused(
+        json!({"kubernetes": {"enabled": true}, "etcd": {"enabled": true, "endpoints": ["http://e:2379"]}}),
+        &["choose one store"],
+    );
+}
+
+#[test]
+fn the_kubernetes_target_renders_a_service_account_its_roles_and_an_in_cluster_store() {
+    let r = render(&[], Some(json!({"kubernetes": {"enabled": true}})));
+    assert_clean(&r);
+    let objects = r.objects();
+    assert_eq!(
+        kinds(&objects),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "PersistentVolumeClaim",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    let d = check_pod(&objects);
+    assert_eq!(
+        at(&d, "spec.template.spec.serviceAccountName"),
+        "rel-driftless"
+    );
+    assert_eq!(
+        at(&d, "spec.template.spec.automountServiceAccountToken"),
+        true
+    );
+    let cfg = check_config(&objects);
+    let k = &cfg.config.store.kubernetes.as_ref().unwrap().value;
+    assert_eq!(
+        (k.namespace.value.as_str(), k.field_manager.value.as_str()),
+        ("gitops", "driftless"),
+        "records in the release's namespace"
+    );
+    assert!(
+        k.kubeconfig.is_none(),
+        "in-cluster: the ServiceAccount's token"
+    );
+    let role = serde_json::Value::Object(objects["Role"][0].as_map().clone());
+    assert_eq!(at(&role, "metadata.namespace"), "gitops");
+    assert_eq!(at(&role, "rules.0.resources.0"), "configmaps");
+    let binding = serde_json::Value::Object(objects["ClusterRoleBinding"][0].as_map().clone());
+    assert_eq!(at(&binding, "subjects.0.name"), "rel-driftless");
+    assert_eq!(at(&binding, "subjects.0.namespace"), "gitops");
+    // Without the Kubernetes target, the token stays unmounted.
+    let plain = render(&[], None);
+    let d = check_pod(&plain.objects());
+    assert_eq!(
+        at(&d, "spec.template.spec.automountServiceAccountToken"),
+        false
     );
 }
 

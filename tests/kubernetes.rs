@@ -349,13 +349,18 @@ impl Agent {
 
     /// [`Agent::start`] with more lines for the app (indented under it, e.g. `    sync: ...`).
     fn start_with(cp: &ControlPlane, repo: &common::GitRepo, interval: &str, app: &str) -> Agent {
+        let store = format!("{{kubeconfig: {}}}", cp.kubeconfig.display());
+        Self::start_on(&store, repo, interval, app)
+    }
+
+    /// [`Agent::start_with`] on `store.kubernetes: <store>` (a flow mapping).
+    fn start_on(store: &str, repo: &common::GitRepo, interval: &str, app: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let port = common::free_port();
         std::fs::write(
             dir.path().join("driftless.yaml"),
             format!(
-                "store:\n  kubernetes: {{kubeconfig: {}}}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n{app}",
-                cp.kubeconfig.display(),
+                "store:\n  kubernetes: {store}\ncacheDir: cache\nserver: {{listen: \"127.0.0.1:{port}\"}}\napps:\n  - name: guestbook\n    source:\n      repo: {}\n      path: app\n      interval: {interval}\n{app}",
                 repo.url()
             ),
         )
@@ -1231,4 +1236,159 @@ async fn health_follows_the_status_a_controller_writes_through_the_status_subres
         "a status write is not drift: {said}"
     );
     assert_eq!(agent.status().await["sync"], "Synced");
+}
+
+/// The agent as the chart deploys it: the chart's ServiceAccount, ClusterRole, Role and
+/// bindings (from `helm template`, the real helm) applied to the cluster, and the agent
+/// authenticated by a token from the TokenRequest API, as a pod's projected token is. It syncs
+/// guestbook; a PriorityClass, a kind the default role does not allow, is refused by the API
+/// server and the app's condition names the kind and the verb; nothing of that revision is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_runs_as_the_charts_service_account_and_names_what_its_role_does_not_allow() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{DynamicObject, PostParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let cp = ControlPlane::start().await;
+    let admin = cp.client().await;
+    let root = common::data_dir().join("../..");
+    let out = std::process::Command::new(common::tool("HELM_BIN", "helm"))
+        .args([
+            "template",
+            "d",
+            "charts/driftless",
+            "--namespace",
+            "driftless",
+        ])
+        .args(["--set", "kubernetes.enabled=true"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "driftless"}});
+    let mut docs = vec![ns];
+    for doc in rendered.split("\n---") {
+        let v: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
+        let kind = v["kind"].as_str().unwrap_or_default();
+        if [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ]
+        .contains(&kind)
+        {
+            docs.push(v);
+        }
+    }
+    assert_eq!(docs.len(), 6, "the chart's RBAC: {rendered}");
+    for doc in &docs {
+        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", doc["apiVersion"].as_str().unwrap()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, doc["kind"].as_str().unwrap());
+        let ar = ApiResource::from_gvk(&gvk);
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(admin.clone(), ns, &ar),
+            None if doc["kind"] == "ServiceAccount" => {
+                Api::namespaced_with(admin.clone(), "driftless", &ar)
+            }
+            None => Api::all_with(admin.clone(), &ar),
+        };
+        api.patch(
+            doc["metadata"]["name"].as_str().unwrap(),
+            &PatchParams::apply("helm"),
+            &Patch::Apply(doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {doc}: {e}"));
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "driftless");
+    let token = accounts
+        .create_token_request(
+            "d-driftless",
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: sa\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: sa\n  context:\n    cluster: test\n    user: sa\n",
+            cp.url,
+            cp.ca().display()
+        ),
+    )
+    .unwrap();
+
+    let repo = common::GitRepo::new();
+    let guestbook = common::data_dir().join("../../examples/guestbook");
+    for entry in std::fs::read_dir(&guestbook).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        repo.write(&format!("app/{name}"), std::fs::read(&path).unwrap());
+    }
+    let first = repo.commit("guestbook");
+    let store = format!(
+        "{{kubeconfig: {}, namespace: driftless}}",
+        kubeconfig.display()
+    );
+    let agent = Agent::start_on(&store, &repo, "1s", "");
+    agent
+        .wait("guestbook synced as the ServiceAccount", 60, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    let records: Api<ConfigMap> = Api::namespaced(admin.clone(), "driftless");
+    assert!(
+        records
+            .get_opt("inventory.guestbook")
+            .await
+            .unwrap()
+            .is_some(),
+        "the records live in the release's namespace"
+    );
+
+    repo.write(
+        "app/priority.yaml",
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: batch}\nvalue: 1000\n",
+    );
+    repo.write("app/more.yaml", common::configmap("more", &[("k", "v")]));
+    repo.commit("a kind the role does not allow");
+    agent
+        .wait("the refusal named", 30, || async {
+            let st = agent.status().await;
+            let text = st.to_string();
+            text.contains("RejectedByTarget")
+                && text.contains("priorityclasses")
+                && text.contains("cannot patch resource")
+        })
+        .await;
+    let st = agent.status().await;
+    assert_eq!(st["revision"], first, "the last good revision stays: {st}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin, "default");
+    assert!(
+        configmaps.get_opt("more").await.unwrap().is_none(),
+        "nothing of the refused revision applied"
+    );
 }

@@ -191,6 +191,11 @@ impl ControlPlane {
         revision
     }
 
+    /// The cluster's CA certificate (PEM), to trust the API server.
+    pub fn ca(&self) -> &std::path::Path {
+        &self.credentials.0
+    }
+
     /// A kube-rs client for the admin user, read from [`ControlPlane::kubeconfig`].
     pub async fn client(&self) -> kube::Client {
         client_from(&self.kubeconfig).await

@@ -31,6 +31,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* The agent's ServiceAccount. */}}
+{{- define "driftless.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "driftless.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace of the records of the kubernetes store. */}}
+{{- define "driftless.recordsNamespace" -}}
+{{- default .Release.Namespace .Values.kubernetes.recordsNamespace }}
+{{- end }}
+
 {{/* A secret file reference of the config: {file: /etc/driftless/secrets/<key>}. */}}
 {{- define "driftless.secretFile" -}}
 {file: {{ printf "/etc/driftless/secrets/%s" . | quote }}}
@@ -48,7 +62,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 store:
-{{- if .Values.etcd.enabled }}
+{{- if and .Values.etcd.enabled .Values.kubernetes.enabled }}
+{{- fail "etcd.enabled and kubernetes.enabled: choose one store" }}
+{{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) .Values.kubernetes.enabled }}
+{{- fail "replicaCount > 1 with kubernetes.enabled: replicas on the Kubernetes store are not supported yet" }}
+{{- end }}
+{{- if .Values.kubernetes.enabled }}
+  kubernetes:
+    fieldManager: {{ .Values.kubernetes.fieldManager | quote }}
+    namespace: {{ include "driftless.recordsNamespace" . | quote }}
+    force: {{ .Values.kubernetes.force }}
+{{- else if .Values.etcd.enabled }}
 {{- if not .Values.etcd.endpoints }}
 {{- fail "etcd.enabled needs etcd.endpoints" }}
 {{- end }}
