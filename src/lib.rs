@@ -20,6 +20,7 @@ pub mod object;
 pub mod preview;
 pub mod reconcile;
 pub mod render;
+pub mod replicas;
 pub mod report;
 pub mod secret;
 pub mod server;

@@ -388,7 +388,7 @@ mod tests {
         );
         m.reconcile_duration("web", 0.2);
         m.fetch("web", 0.1, true);
-        m.drift_reverted("web", 2);
+        m.drift_reverted("web", "kubectl-edit", 2);
         m.commit_status_request("github", "success");
         let text = m.encode();
         for name in [
@@ -396,7 +396,7 @@ mod tests {
             "driftless_app_out_of_sync_seconds{app=\"web\"}",
             "driftless_app_resources{",
             "driftless_reconcile_duration_seconds_bucket{",
-            "driftless_drift_reverted_total{app=\"web\"} 2",
+            "driftless_drift_reverted_total{app=\"web\",manager=\"kubectl-edit\"} 2",
             "driftless_source_fetch_duration_seconds_count{app=\"web\"} 1",
             "driftless_source_fetch_errors_total{app=\"web\"} 1",
             "driftless_commit_status_requests_total{provider=\"github\",result=\"success\"} 1",
