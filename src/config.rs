@@ -255,17 +255,7 @@ fn validate_etcd(
             "give the client `cert` and its `key` together".into(),
         ));
     }
-    let ttl = &e.lease_ttl;
-    if ttl.value < Duration::from_secs(2)
-        || ttl.value > Duration::from_secs(3600)
-        || ttl.value.subsec_nanos() != 0
-    {
-        return Err(invalid(
-            &ttl.referenced,
-            "store.etcd.leaseTTL".into(),
-            "must be whole seconds, from 2s to 1h (a dead replica's apps wait this long)".into(),
-        ));
-    }
+    validate_replicas("store.etcd", &e.lease_ttl, e.replica.as_ref(), invalid)?;
     if e.dial_timeout.value < Duration::from_millis(100)
         || e.dial_timeout.value > Duration::from_secs(300)
     {
@@ -275,12 +265,32 @@ fn validate_etcd(
             "must be from 100ms to 5m".into(),
         ));
     }
-    if let Some(r) = &e.replica
+    Ok(())
+}
+
+/// The replicas' `leaseTTL` and `replica` of a store section (`at`: `store.etcd`).
+fn validate_replicas(
+    at: &str,
+    ttl: &Spanned<Duration>,
+    replica: Option<&Spanned<String>>,
+    invalid: Invalid<'_>,
+) -> Result<(), Error> {
+    if ttl.value < Duration::from_secs(2)
+        || ttl.value > Duration::from_secs(3600)
+        || ttl.value.subsec_nanos() != 0
+    {
+        return Err(invalid(
+            &ttl.referenced,
+            format!("{at}.leaseTTL"),
+            "must be whole seconds, from 2s to 1h (a dead replica's apps wait this long)".into(),
+        ));
+    }
+    if let Some(r) = replica
         && let Some(problem) = replica_name_error(&r.value)
     {
         return Err(invalid(
             &r.referenced,
-            "store.etcd.replica".into(),
+            format!("{at}.replica"),
             format!("`{}` {problem}", r.value.escape_debug()),
         ));
     }
@@ -562,6 +572,12 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 format!("not a namespace name: {why}"),
             ));
         }
+        validate_replicas(
+            "store.kubernetes",
+            &k.value.lease_ttl,
+            k.value.replica.as_ref(),
+            &invalid,
+        )?;
     }
     let mut seen: Vec<&Spanned<String>> = Vec::new();
     for (i, app) in config.apps.iter().enumerate() {

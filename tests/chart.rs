@@ -338,7 +338,7 @@ fn bad_values_are_refused_with_the_reason() {
     );
     refused(
         json!({"replicaCount": 2}),
-        &["replicaCount > 1 needs etcd.enabled"],
+        &["replicaCount > 1 needs etcd.enabled or kubernetes.enabled"],
     );
     refused(
         json!({"server": {"tokenKey": "sync-token"}}),
@@ -356,7 +356,10 @@ fn bad_values_are_refused_with_the_reason() {
 
 #[test]
 fn the_kubernetes_target_renders_a_service_account_its_roles_and_an_in_cluster_store() {
-    let r = render(&[], Some(json!({"kubernetes": {"enabled": true}})));
+    let r = render(
+        &[],
+        Some(json!({"kubernetes": {"enabled": true}, "replicaCount": 2})),
+    );
     assert_clean(&r);
     let objects = r.objects();
     assert_eq!(
@@ -366,7 +369,6 @@ fn the_kubernetes_target_renders_a_service_account_its_roles_and_an_in_cluster_s
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
-            "PersistentVolumeClaim",
             "Role",
             "RoleBinding",
             "Service",
@@ -374,6 +376,11 @@ fn the_kubernetes_target_renders_a_service_account_its_roles_and_an_in_cluster_s
         ]
     );
     let d = check_pod(&objects);
+    assert_eq!(
+        at(&d, "spec.replicas"),
+        2,
+        "replicas share the apps through Leases"
+    );
     assert_eq!(
         at(&d, "spec.template.spec.serviceAccountName"),
         "rel-driftless"
@@ -396,6 +403,12 @@ fn the_kubernetes_target_renders_a_service_account_its_roles_and_an_in_cluster_s
     let role = serde_json::Value::Object(objects["Role"][0].as_map().clone());
     assert_eq!(at(&role, "metadata.namespace"), "gitops");
     assert_eq!(at(&role, "rules.0.resources.0"), "configmaps");
+    assert_eq!(
+        at(&role, "rules.1.resources.0"),
+        "leases",
+        "the replicas' Leases"
+    );
+    assert_eq!(k.lease_ttl.value, std::time::Duration::from_secs(15));
     let binding = serde_json::Value::Object(objects["ClusterRoleBinding"][0].as_map().clone());
     assert_eq!(at(&binding, "subjects.0.name"), "rel-driftless");
     assert_eq!(at(&binding, "subjects.0.namespace"), "gitops");

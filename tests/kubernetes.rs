@@ -355,6 +355,17 @@ impl Agent {
 
     /// [`Agent::start_with`] on `store.kubernetes: <store>` (a flow mapping).
     fn start_on(store: &str, repo: &common::GitRepo, interval: &str, app: &str) -> Agent {
+        Self::start_replica(store, repo, interval, app, "r1")
+    }
+
+    /// [`Agent::start_on`] as replica `replica` (`DRIFTLESS_REPLICA`).
+    fn start_replica(
+        store: &str,
+        repo: &common::GitRepo,
+        interval: &str,
+        app: &str,
+        replica: &str,
+    ) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let port = common::free_port();
         std::fs::write(
@@ -372,6 +383,7 @@ impl Agent {
             .arg("run")
             .current_dir(dir.path())
             .env("RUST_LOG", "info,driftless=debug")
+            .env("DRIFTLESS_REPLICA", replica)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
@@ -1391,4 +1403,76 @@ async fn the_agent_runs_as_the_charts_service_account_and_names_what_its_role_do
         configmaps.get_opt("more").await.unwrap().is_none(),
         "nothing of the refused revision applied"
     );
+}
+
+/// Two replicas on one cluster share the app through Leases: one takes it, the other stands
+/// by; `driftless status` names the holder. SIGKILL of the holder: the other takes the app
+/// over once the holder's Lease has stood still for the TTL (3 s here), within the TTL and a
+/// third of it plus a pass, and reverts drift from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_the_app_through_leases_and_one_takes_over_from_a_killed_holder() {
+    let cp = ControlPlane::start().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/settings.yaml",
+        common::configmap("settings", &[("mode", "blue")]),
+    );
+    repo.commit("settings");
+    let store = format!("{{kubeconfig: {}, leaseTTL: 3s}}", cp.kubeconfig.display());
+    let r1 = Agent::start_replica(&store, &repo, "1h", "", "r1");
+    let r2 = Agent::start_replica(&store, &repo, "1h", "", "r2");
+    let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
+    let took = |a: &Agent| a.log().contains("App Lease taken");
+    r1.wait("one replica takes the app and syncs", 60, || async {
+        (took(&r1) || took(&r2)) && configmaps.get_opt("settings").await.unwrap().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        took(&r1) != took(&r2),
+        "exactly one holds the app:\nr1: {}\nr2: {}",
+        r1.log(),
+        r2.log()
+    );
+    let (mut holder, other, holder_name) = if took(&r1) {
+        (r1, r2, "r1")
+    } else {
+        (r2, r1, "r2")
+    };
+    let (code, out, err) = other.cli(&["status", "-o", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("\"replica\": \"{holder_name}\"")),
+        "status names the holder {holder_name}: {out}"
+    );
+
+    holder.child.kill().unwrap();
+    let killed = std::time::Instant::now();
+    other
+        .wait("the standby takes the app over", 20, || async {
+            took(&other)
+        })
+        .await;
+    let took_over = killed.elapsed();
+    assert!(
+        took_over < Duration::from_secs(3 + 1 + 2),
+        "taken over {took_over:?} after the kill: {}",
+        other.log()
+    );
+    let edit = PatchParams::apply("kubectl-edit").force();
+    configmaps
+        .patch(
+            "settings",
+            &edit,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings"}, "data": {"mode": "red"}})),
+        )
+        .await
+        .unwrap();
+    other
+        .wait("the new holder reverts drift", 20, || async {
+            configmaps.get("settings").await.unwrap().data.unwrap()["mode"] == "blue"
+        })
+        .await;
+    eprintln!("taken over {took_over:?} after SIGKILL of the holder (leaseTTL 3s)");
 }

@@ -66,6 +66,16 @@ async fn open_kubernetes_store(
     create: bool,
     field_manager: Option<&str>,
 ) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(Arc::new(open_kube(cfg, create, field_manager).await?))
+}
+
+/// [`open_kubernetes_store`], as the Kubernetes store itself.
+#[cfg(feature = "kubernetes")]
+pub(super) async fn open_kube(
+    cfg: &Loaded,
+    create: bool,
+    field_manager: Option<&str>,
+) -> anyhow::Result<crate::store::kubernetes::KubeStore> {
     use crate::store::kubernetes::{KubeStore, Options};
     let k = &cfg
         .config
@@ -121,7 +131,7 @@ async fn open_kubernetes_store(
     )
     .await
     .context("cannot open the Kubernetes store")?;
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -253,15 +263,17 @@ impl Stores {
     }
 }
 
-/// This replica's name: `store.etcd.replica`, else `DRIFTLESS_REPLICA`, else
+/// This replica's name: `replica` of the store's section, else `DRIFTLESS_REPLICA`, else
 /// `<hostname>-<pid>`.
 ///
 /// # Errors
 ///
 /// When `DRIFTLESS_REPLICA` is not a valid replica name.
-#[cfg(feature = "etcd")]
-pub(super) fn replica_name(e: &config::EtcdConfig) -> anyhow::Result<String> {
-    if let Some(r) = &e.replica {
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+pub(super) fn replica_name(
+    configured: Option<&serde_saphyr::Spanned<String>>,
+) -> anyhow::Result<String> {
+    if let Some(r) = configured {
         return Ok(r.value.clone());
     }
     if let Ok(r) = std::env::var("DRIFTLESS_REPLICA")
@@ -279,49 +291,99 @@ pub(super) fn replica_name(e: &config::EtcdConfig) -> anyhow::Result<String> {
     Ok(format!("{host}-{}", std::process::id()))
 }
 
-/// With etcd: the replica coordination of the configured apps, the fenced store of each app,
-/// and the gates the agent waits on. Without: nothing to coordinate.
-#[cfg(feature = "etcd")]
+/// How this agent's replicas share the apps (etcd leases, or Kubernetes Leases): this
+/// replica's name, the lease TTL, whether it knows who holds what yet, the gate of each app,
+/// and the coordination task, which gives the apps back once `release` turns true.
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+pub(super) struct Coordination {
+    pub name: String,
+    pub ttl: std::time::Duration,
+    pub through: &'static str,
+    pub coordinated: tokio::sync::watch::Receiver<bool>,
+    pub gates: std::collections::HashMap<String, crate::reconcile::Gate>,
+    pub task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+/// With etcd or Kubernetes: the replica coordination of the configured apps and the fenced
+/// store of each app. With SQLite: nothing to coordinate (one agent per store).
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub(super) async fn replicas(
     cfg: &Loaded,
     store: &Arc<dyn Store>,
-) -> anyhow::Result<(
-    Stores,
-    Option<(
-        crate::store::etcd::Replicas,
-        std::collections::HashMap<
-            String,
-            tokio::sync::watch::Receiver<Option<crate::store::Fence>>,
-        >,
-    )>,
-)> {
-    let Some(e) = &cfg.config.store.etcd else {
-        return Ok((Stores::shared(store), None));
-    };
-    let etcd = open_etcd(cfg).await?;
+    release: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Stores, Option<Coordination>)> {
     let names: Vec<String> = cfg
         .config
         .apps
         .iter()
         .map(|a| a.name.value.clone())
         .collect();
-    let r = crate::store::etcd::Replicas::new(
-        &etcd,
-        &replica_name(&e.value)?,
-        e.value.lease_ttl.value,
-        names.clone(),
-    );
     let mut stores = Stores::shared(store);
-    let mut gates = std::collections::HashMap::new();
-    for n in names {
-        if let Some(g) = r.gate(&n) {
-            stores
-                .per_app
-                .insert(n.clone(), Arc::new(etcd.fenced(g.clone())));
-            gates.insert(n, g);
+    #[cfg(feature = "etcd")]
+    if let Some(e) = &cfg.config.store.etcd {
+        let etcd = open_etcd(cfg).await?;
+        let r = crate::store::etcd::Replicas::new(
+            &etcd,
+            &replica_name(e.value.replica.as_ref())?,
+            e.value.lease_ttl.value,
+            names.clone(),
+        );
+        let mut gates = std::collections::HashMap::new();
+        for n in names {
+            if let Some(g) = r.gate(&n) {
+                stores
+                    .per_app
+                    .insert(n.clone(), Arc::new(etcd.fenced(g.clone())));
+                gates.insert(n, g);
+            }
         }
+        return Ok((
+            stores,
+            Some(Coordination {
+                name: r.name().to_string(),
+                ttl: r.ttl(),
+                through: "etcd leases",
+                coordinated: r.coordinated(),
+                gates,
+                task: Box::pin(r.run(release)),
+            }),
+        ));
     }
-    Ok((stores, Some((r, gates))))
+    #[cfg(feature = "kubernetes")]
+    if let Some(k) = &cfg.config.store.kubernetes {
+        let kube = open_kube(cfg, true, None).await?;
+        let r = crate::store::kubernetes::leases::Replicas::new(
+            &kube,
+            &replica_name(k.value.replica.as_ref())?,
+            k.value.lease_ttl.value,
+            names.clone(),
+        );
+        let mut gates = std::collections::HashMap::new();
+        for n in names {
+            if let Some(g) = r.gate(&n) {
+                // A handle on the shared store: its change feed watches the kinds the app
+                // writes through it.
+                let fenced = store
+                    .fenced(g.clone())
+                    .context("the Kubernetes store fences its writes")?;
+                stores.per_app.insert(n.clone(), fenced);
+                gates.insert(n, g);
+            }
+        }
+        return Ok((
+            stores,
+            Some(Coordination {
+                name: r.name().to_string(),
+                ttl: r.ttl(),
+                through: "Kubernetes Leases",
+                coordinated: r.coordinated(),
+                gates,
+                task: Box::pin(r.run(release)),
+            }),
+        ));
+    }
+    let _ = release;
+    Ok((stores, None))
 }
 
 /// Waits until the store answers (an etcd cluster may still be starting), logging each

@@ -12,7 +12,8 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let socket = std::net::TcpListener::bind(server.listen.value.as_str())
         .with_context(|| format!("cannot listen on {} (server.listen)", server.listen.value))?;
     let store = open_store(&cfg).await?;
-    // One agent per SQLite store; etcd replicas share apps through leases instead.
+    // One agent per SQLite store; etcd and Kubernetes replicas share apps through leases
+    // instead.
     let _lock = match cfg.sqlite_path() {
         Some(_) => Some(lock_agent(&cfg)?),
         None => None,
@@ -51,9 +52,13 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     if !reachable {
         return Ok(0);
     }
-    #[cfg(feature = "etcd")]
-    let (stores, replicas) = replicas(&cfg, &store).await?;
-    #[cfg(not(feature = "etcd"))]
+    // The replicas give their apps back only once the app loops have stopped, so a reconcile
+    // in progress is not cut off by its own fence.
+    #[cfg(any(feature = "etcd", feature = "kubernetes"))]
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    #[cfg(any(feature = "etcd", feature = "kubernetes"))]
+    let (stores, replicas) = replicas(&cfg, &store, release_rx).await?;
+    #[cfg(not(any(feature = "etcd", feature = "kubernetes")))]
     let stores = Stores::shared(&store);
     let git = git_cache(&cfg)?;
     if cfg.config.apps.is_empty() {
@@ -80,20 +85,12 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let addr = listener.local_addr().context("no local address")?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let agent = Agent::new(store.clone(), apps).with_previews(previews);
-    // The replicas give their apps back only once the app loops have stopped, so a reconcile
-    // in progress is not cut off by its own fence.
-    #[cfg(feature = "etcd")]
-    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
-    #[cfg(feature = "etcd")]
+    #[cfg(any(feature = "etcd", feature = "kubernetes"))]
     let (agent, coordination) = match replicas {
-        Some((r, gates)) => {
-            tracing::info!(replica = %r.name(), lease_ttl_seconds = r.ttl().as_secs(), "Sharing the apps with the other replicas through etcd leases");
-            let coordinated = r.coordinated();
-            let task = tokio::spawn(
-                r.run(release_rx)
-                    .instrument(tracing::info_span!("replicas")),
-            );
-            (agent.with_gates(gates, coordinated), Some(task))
+        Some(c) => {
+            tracing::info!(replica = %c.name, lease_ttl_seconds = c.ttl.as_secs(), "Sharing the apps with the other replicas through {}", c.through);
+            let task = tokio::spawn(c.task.instrument(tracing::info_span!("replicas")));
+            (agent.with_gates(c.gates, c.coordinated), Some(task))
         }
         None => (agent, None),
     };
@@ -148,9 +145,9 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     let _ = tx.send(true);
     let stopping = async {
         join.await.context("agent task failed")?;
-        #[cfg(feature = "etcd")]
+        #[cfg(any(feature = "etcd", feature = "kubernetes"))]
         let _ = release_tx.send(true);
-        #[cfg(feature = "etcd")]
+        #[cfg(any(feature = "etcd", feature = "kubernetes"))]
         if let Some(c) = coordination {
             c.await.context("replica coordination failed")?;
         }

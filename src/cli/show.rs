@@ -214,33 +214,44 @@ pub(super) async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Res
     Ok(0)
 }
 
-/// With etcd: which replica holds each app (app name to replica name). `None` for SQLite,
-/// where one agent holds every app.
+/// With etcd or Kubernetes: which replica holds each app (app name to replica name). `None`
+/// for SQLite, where one agent holds every app.
 pub(super) async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<String, String>>> {
-    if cfg.config.store.etcd.is_none() {
-        return Ok(None);
-    }
-    #[cfg(feature = "etcd")]
-    {
-        let etcd = open_etcd(cfg).await?;
-        match crate::store::etcd::holders(&etcd).await {
-            Ok(h) => Ok(Some(h.into_iter().map(|(k, v)| (k, v.replica)).collect())),
-            Err(e) => {
-                // The statuses are still worth showing.
-                eprintln!(
-                    "warning: cannot read which replica holds each app: {}",
-                    crate::reconcile::error_chain(&e)
-                );
-                Ok(Some(
-                    cfg.config
-                        .apps
-                        .iter()
-                        .map(|a| (a.name.value.clone(), "?".to_string()))
-                        .collect(),
-                ))
-            }
+    let read: Option<Result<BTreeMap<String, String>, crate::store::Error>> = {
+        #[allow(unused_mut)]
+        let mut read = None;
+        #[cfg(feature = "etcd")]
+        if cfg.config.store.etcd.is_some() {
+            let etcd = open_etcd(cfg).await?;
+            read = Some(
+                crate::store::etcd::holders(&etcd)
+                    .await
+                    .map(|h| h.into_iter().map(|(k, v)| (k, v.replica)).collect()),
+            );
+        }
+        #[cfg(feature = "kubernetes")]
+        if cfg.config.store.kubernetes.is_some() {
+            let kube = open_kube(cfg, false, None).await?;
+            read = Some(crate::store::kubernetes::leases::holders(&kube).await);
+        }
+        read
+    };
+    match read {
+        None => Ok(None),
+        Some(Ok(h)) => Ok(Some(h)),
+        Some(Err(e)) => {
+            // The statuses are still worth showing.
+            eprintln!(
+                "warning: cannot read which replica holds each app: {}",
+                crate::reconcile::error_chain(&e)
+            );
+            Ok(Some(
+                cfg.config
+                    .apps
+                    .iter()
+                    .map(|a| (a.name.value.clone(), "?".to_string()))
+                    .collect(),
+            ))
         }
     }
-    #[cfg(not(feature = "etcd"))]
-    Ok(None)
 }

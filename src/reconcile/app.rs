@@ -117,6 +117,9 @@ pub struct App {
     signers: Option<Arc<source::Trust>>,
 }
 
+/// How a resource's message starts after a revert that named who changed the object.
+const APPLIED_OVER: &str = "applied over changes by ";
+
 impl App {
     /// Loads an app's state from the store: its inventory (the desired set in force after a
     /// restart) and its last status record (so condition times carry over).
@@ -1148,15 +1151,19 @@ impl App {
         for step in &outcome.plan.steps {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
-                (Step::Unchanged, _) => (SyncStatus::Synced, None),
+                // The last revert stays told (who changed what) until the object drifts again
+                // or a revision changes it.
+                (Step::Unchanged, _) => (
+                    SyncStatus::Synced,
+                    self.resources
+                        .get(&step.key)
+                        .and_then(|r| r.message.clone())
+                        .filter(|m| m.starts_with(APPLIED_OVER)),
+                ),
                 (Step::Update, None) if !dry_run => {
                     let by = self.changed_by(step);
                     let message = (!by.is_empty()).then(|| {
-                        format!(
-                            "applied over changes by {}: {}",
-                            by.join(", "),
-                            first_fields(step)
-                        )
+                        format!("{APPLIED_OVER}{}: {}", by.join(", "), first_fields(step))
                     });
                     (SyncStatus::Synced, message)
                 }

@@ -144,6 +144,20 @@ pub struct KubernetesConfig {
     /// conflict.
     #[serde(default = "yes")]
     pub force: bool,
+    /// How long an app's Lease lives without a renewal: a replica that dies has its apps taken
+    /// over within this time and a third of it (the replicas share the apps through
+    /// `coordination.k8s.io` Leases in `namespace`). Default `15s`; whole seconds, at least
+    /// `2s`.
+    #[serde(
+        default = "default_lease_ttl",
+        deserialize_with = "duration",
+        rename = "leaseTTL"
+    )]
+    pub lease_ttl: Spanned<Duration>,
+    /// This replica's name, unique among the replicas. Default: the environment variable
+    /// `DRIFTLESS_REPLICA`, else `<hostname>-<pid>`.
+    #[serde(default)]
+    pub replica: Option<Spanned<String>>,
 }
 
 fn default_field_manager() -> Spanned<String> {

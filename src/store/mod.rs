@@ -23,11 +23,12 @@ pub mod memory;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::object::{Object, ObjectKey};
 
@@ -434,6 +435,15 @@ pub trait Store: Send + Sync + 'static {
     /// The field manager of this backend's writes, when it records field ownership
     /// (Kubernetes `managedFields`): left out when naming who changed a field. Default: none.
     fn field_manager(&self) -> Option<&str> {
+        None
+    }
+
+    /// A handle on this same store (its caches and change feed shared) whose writes require
+    /// `gate` to be open: with replicas, while this replica holds the app. `None` when the
+    /// backend fences otherwise (etcd: `EtcdStore::fenced`, inside its transactions) or has no
+    /// replicas (SQLite, memory).
+    fn fenced(&self, gate: watch::Receiver<Option<Fence>>) -> Option<Arc<dyn Store>> {
+        let _ = gate;
         None
     }
 

@@ -52,8 +52,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The driftless config file, built from the values. */}}
 {{- define "driftless.config" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.etcd.enabled) }}
-{{- fail "replicaCount > 1 needs etcd.enabled: the SQLite store takes one agent" }}
+{{- if and (gt (int .Values.replicaCount) 1) (not (or .Values.etcd.enabled .Values.kubernetes.enabled)) }}
+{{- fail "replicaCount > 1 needs etcd.enabled or kubernetes.enabled: the SQLite store takes one agent" }}
 {{- end }}
 {{- $secretKeys := list .Values.server.tokenKey .Values.server.webhooks.githubSecretKey .Values.server.webhooks.giteaSecretKey .Values.server.webhooks.gitlabSecretKey .Values.etcd.passwordKey }}
 {{- range $secretKeys }}
@@ -65,14 +65,12 @@ store:
 {{- if and .Values.etcd.enabled .Values.kubernetes.enabled }}
 {{- fail "etcd.enabled and kubernetes.enabled: choose one store" }}
 {{- end }}
-{{- if and (gt (int .Values.replicaCount) 1) .Values.kubernetes.enabled }}
-{{- fail "replicaCount > 1 with kubernetes.enabled: replicas on the Kubernetes store are not supported yet" }}
-{{- end }}
 {{- if .Values.kubernetes.enabled }}
   kubernetes:
     fieldManager: {{ .Values.kubernetes.fieldManager | quote }}
     namespace: {{ include "driftless.recordsNamespace" . | quote }}
     force: {{ .Values.kubernetes.force }}
+    leaseTTL: {{ .Values.kubernetes.leaseTTL | quote }}
 {{- else if .Values.etcd.enabled }}
 {{- if not .Values.etcd.endpoints }}
 {{- fail "etcd.enabled needs etcd.endpoints" }}

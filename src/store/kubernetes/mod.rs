@@ -50,6 +50,7 @@ use super::{
 };
 use crate::object::{Object, ObjectKey, RESERVED_GROUP};
 
+pub mod leases;
 mod records;
 
 pub use records::{RECORD_KEY_ANNOTATION, RECORD_LABEL, SHARD_DIGEST_LABEL, SHARD_OF_LABEL};
@@ -97,6 +98,8 @@ struct Resource {
 #[derive(Clone)]
 pub struct KubeStore {
     inner: Arc<Inner>,
+    /// With replicas: the gate of the one app this handle writes for ([`KubeStore::fenced`]).
+    fence: Option<tokio::sync::watch::Receiver<Option<super::Fence>>>,
 }
 
 struct Inner {
@@ -158,6 +161,7 @@ impl KubeStore {
     /// operation.
     pub async fn open(client: kube::Client, options: Options) -> Result<Self> {
         let store = KubeStore {
+            fence: None,
             inner: Arc::new(Inner {
                 client,
                 options,
@@ -194,6 +198,28 @@ impl KubeStore {
     /// The kube-rs client.
     pub fn client(&self) -> &kube::Client {
         &self.inner.client
+    }
+
+    /// A handle that writes only while `gate` is open: while this replica holds the app's
+    /// Lease ([`leases`]). A commit, and each write in it, checks the gate first; a closed
+    /// gate fails the commit with [`Error::Backend`]. There is no cross-object transaction to
+    /// make the check and the write one (see [`leases`] for what that leaves).
+    pub fn fenced(&self, gate: tokio::sync::watch::Receiver<Option<super::Fence>>) -> Self {
+        Self {
+            fence: Some(gate),
+            ..self.clone()
+        }
+    }
+
+    /// Fails when this handle is fenced and its gate is closed.
+    fn check_fence(&self) -> Result<()> {
+        match &self.fence {
+            Some(gate) if gate.borrow().is_none() => Err(message(
+                "commit",
+                "this replica does not hold the app (its Lease is another replica's, or could not be renewed)".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The resource of (group, kind): from the cache, else from discovery of its group (a
@@ -682,6 +708,7 @@ impl Store for KubeStore {
         super::check_distinct(&writes)?;
         let mut committed = Committed::default();
         for w in writes {
+            self.check_fence()?;
             match w {
                 Write::Put {
                     object,
@@ -882,6 +909,13 @@ impl Store for KubeStore {
 
     fn commits_atomically(&self, writes: &[Write]) -> bool {
         writes.len() <= 1
+    }
+
+    fn fenced(
+        &self,
+        gate: tokio::sync::watch::Receiver<Option<super::Fence>>,
+    ) -> Option<Arc<dyn Store>> {
+        Some(Arc::new(KubeStore::fenced(self, gate)))
     }
 
     fn promises(&self) -> Promises {
