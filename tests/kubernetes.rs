@@ -1476,3 +1476,143 @@ async fn two_replicas_share_the_app_through_leases_and_one_takes_over_from_a_kil
         .await;
     eprintln!("taken over {took_over:?} after SIGKILL of the holder (leaseTTL 3s)");
 }
+
+/// Pull-request previews on a cluster: a pull request's head is planned against the app and
+/// checked by a server-side dry run (one the API server would refuse says so with the file
+/// and line, before anyone merges it); a deployed preview gets a Namespace driftless creates,
+/// and when the pull request's ref goes, its objects and then its Namespace are deleted. The
+/// app's own objects are never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_plan_by_dry_run_and_deploy_into_a_namespace_driftless_creates_and_deletes() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/settings.yaml",
+        common::configmap("settings", &[("mode", "blue")]),
+    );
+    let main = repo.commit("settings");
+    let agent = Agent::start_with(
+        &cp,
+        &repo,
+        "1s",
+        "    preview:\n      refs: \"refs/pull/*/head\"\n      deploy: true\n",
+    );
+    let default: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    agent
+        .wait("the app synced", 60, || async {
+            agent.status().await["sync"] == "Synced"
+        })
+        .await;
+    let app_version = default
+        .get("settings")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    // Pull request 3: a change and a new object.
+    let push_pr = |number: u32, files: &[(&str, &str)]| {
+        repo.git(&["checkout", "-q", "-B", &format!("pr{number}"), &main]);
+        for (path, text) in files {
+            repo.write(path, *text);
+        }
+        let head = repo.commit(&format!("pr {number}"));
+        repo.git(&["update-ref", &format!("refs/pull/{number}/head"), &head]);
+        repo.git(&["checkout", "-q", "main"]);
+        head
+    };
+    push_pr(
+        3,
+        &[
+            (
+                "app/settings.yaml",
+                &common::configmap("settings", &[("mode", "green")]),
+            ),
+            ("app/extra.yaml", &common::configmap("extra", &[("k", "v")])),
+        ],
+    );
+    let pr3: Api<ConfigMap> = Api::namespaced(client.clone(), "pr-3");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    agent
+        .wait("the preview deployed into pr-3", 60, || async {
+            pr3.get_opt("extra").await.ok().flatten().is_some()
+                && pr3
+                    .get_opt("settings")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|c| c.data.unwrap()["mode"] == "green")
+        })
+        .await;
+    let ns = namespaces.get("pr-3").await.unwrap();
+    assert!(
+        ns.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("driftless")),
+        "driftless made the preview's Namespace"
+    );
+    // Pull request 4: an object the API server refuses (a Deployment without a selector).
+    push_pr(
+        4,
+        &[(
+            "app/web.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: web, image: nginx}]\n",
+        )],
+    );
+    let previews = || async {
+        let Ok(r) = reqwest::get(format!(
+            "http://127.0.0.1:{}/api/v1/apps/guestbook/previews",
+            agent.port
+        ))
+        .await
+        else {
+            return serde_json::Value::Null;
+        };
+        r.json::<serde_json::Value>().await.unwrap_or_default()
+    };
+    agent
+        .wait("pull request 4 refused by the dry run", 60, || async {
+            previews()
+                .await
+                .to_string()
+                .contains("refused by the target: app/web.yaml:1: ")
+        })
+        .await;
+    let listed = previews().await.to_string();
+    assert!(
+        listed.contains("selector"),
+        "the server's message: {listed}"
+    );
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "pr-4")
+            .get_opt("web")
+            .await
+            .map_or(true, |d| d.is_none()),
+        "nothing of a refused preview is deployed"
+    );
+    // Pull request 3's ref goes: its objects, then its Namespace, go with it.
+    repo.git(&["update-ref", "-d", "refs/pull/3/head"]);
+    agent
+        .wait("the preview environment deleted", 60, || async {
+            pr3.get_opt("extra").await.ok().flatten().is_none()
+                && namespaces
+                    .get_opt("pr-3")
+                    .await
+                    .unwrap()
+                    .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+    assert_eq!(
+        default
+            .get("settings")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        app_version,
+        "the app's own objects are untouched"
+    );
+}

@@ -543,6 +543,11 @@ impl Previews {
             );
             return Ok(rec);
         }
+        let positions: BTreeMap<ObjectKey, (String, u64, u64)> = set
+            .objects
+            .iter()
+            .map(|(k, d)| (k.clone(), (d.path.clone(), d.line, d.column)))
+            .collect();
         let desired: BTreeMap<ObjectKey, Object> = set
             .objects
             .into_iter()
@@ -570,6 +575,37 @@ impl Previews {
         let outcome = sync::sync(self.store.as_ref(), &request)
             .await
             .map_err(|e| error_chain(&e))?;
+        // A target that checks what it is given (Kubernetes: a server-side dry run of every
+        // object) says now what it would refuse, as it would when the pull request is merged.
+        let objects: Vec<Object> = desired.values().cloned().collect();
+        let refused = self
+            .store
+            .check(&objects)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        if !refused.is_empty() {
+            if let super::conditions::Problem::Invalid { message, .. } =
+                super::revision::refusals(&refused, &positions)
+            {
+                rec.description = message;
+            }
+            rec.state = State::Error;
+            for (key, message) in &refused {
+                let (path, line, column) = positions
+                    .get(key)
+                    .cloned()
+                    .unwrap_or_else(|| (String::new(), 1, 1));
+                rec.diagnostics.push(crate::manifest::Diagnostic::error(
+                    &path,
+                    line,
+                    column,
+                    format!("{key}: {message}"),
+                ));
+            }
+            rec.changes = preview::changes_of(&outcome.plan);
+            rec.diff = preview::render_diff(&outcome.plan);
+            return Ok(rec);
+        }
         let summary = outcome.plan.summary();
         rec.description = preview::describe(&summary);
         rec.summary = Some(summary);
@@ -648,6 +684,20 @@ impl Previews {
         for key in existing.keys() {
             if let Some(obj) = moved.remove(key) {
                 foreign.insert(key.clone(), obj);
+            }
+        }
+        // On a shared target (Kubernetes) the preview's namespace is made with it and goes
+        // with it: the first object applied, the last pruned (and only while it holds nothing
+        // the preview does not own). One that exists already is used as it is.
+        if self.store.promises().server_side_apply {
+            let ns = Object::from_value(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace},
+            }))
+            .map_err(|e| e.to_string())?;
+            if !existing.contains_key(&ns.key()) {
+                moved.insert(ns.key(), ns);
             }
         }
         let source = format!("preview of {} #{number}", self.name());
