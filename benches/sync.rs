@@ -12,10 +12,14 @@
 //!
 //! and beside them the floor, in the same run: SQLite itself writing the same N documents in one
 //! transaction; for etcd, the same N keys and values written with plain etcd transactions of 128
-//! puts (etcd's default limit), one after another. Run with `cargo bench --bench sync`, and
-//! `cargo bench --features etcd --bench sync` for etcd too (it starts an `etcd` from the PATH on
-//! loopback); `-- --objects 100000` for another size, `-- --runs 5` for more repetitions,
-//! `-- --store etcd` for one backend only.
+//! puts (etcd's default limit), one after another; for Kubernetes, the same objects applied by
+//! plain server-side-apply requests, 16 at once, into a fresh namespace. Run with
+//! `cargo bench --bench sync`, `cargo bench --features etcd --bench sync` for etcd too (it
+//! starts an `etcd` from the PATH on loopback), and `--features kubernetes` for a local
+//! `kube-apiserver` (`KUBE_APISERVER_BIN` and `ETCD_BIN`, as `scripts/test` builds them; the
+//! drift there is written by another field manager, `kubectl-edit`); `-- --objects 100000` for
+//! another size, `-- --runs 5` for more repetitions, `-- --store kubernetes` for one backend
+//! only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,10 +29,16 @@ use std::time::{Duration, Instant};
 use driftless::object::{Object, ObjectKey};
 use driftless::store::{Precondition, Store, Write, sqlite::SqliteStore};
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", not(feature = "kubernetes")))]
 #[path = "../tests/common/etcd.rs"]
 #[allow(dead_code)]
 mod etcd_server;
+
+#[cfg(feature = "kubernetes")]
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[cfg(feature = "kubernetes")]
+use common::etcd as etcd_server;
 
 struct Args {
     objects: usize,
@@ -45,6 +55,10 @@ enum Backend {
     Etcd {
         endpoint: String,
     },
+    #[cfg(feature = "kubernetes")]
+    Kubernetes {
+        kubeconfig: PathBuf,
+    },
 }
 
 impl Backend {
@@ -53,6 +67,37 @@ impl Backend {
             Backend::Sqlite => "SQLite",
             #[cfg(feature = "etcd")]
             Backend::Etcd { .. } => "etcd",
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes { .. } => "Kubernetes",
+        }
+    }
+
+    /// The namespace of the app's objects in a run: each Kubernetes run has its own, so a
+    /// cold sync starts from nothing.
+    fn namespace(&self, _run: &str) -> String {
+        match self {
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes { .. } => _run.to_string(),
+            _ => "default".into(),
+        }
+    }
+
+    /// Makes what a run needs before its first sync (a Kubernetes run's namespace).
+    async fn prepare(&self, _run: &str) {
+        #[cfg(feature = "kubernetes")]
+        if let Backend::Kubernetes { kubeconfig } = self {
+            let client = common::kube::client_from(kubeconfig).await;
+            for ns in [_run.to_string(), format!("rec-{_run}")] {
+                let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                    kube::Api::all(client.clone());
+                api.patch(
+                    &ns,
+                    &kube::api::PatchParams::apply("bench"),
+                    &kube::api::Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+                )
+                .await
+                .unwrap();
+            }
         }
     }
 
@@ -64,6 +109,11 @@ impl Backend {
             Backend::Etcd { endpoint } => {
                 format!("store:\n  etcd: {{endpoints: [\"{endpoint}\"], prefix: /bench-{_run}}}\n")
             }
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes { kubeconfig } => format!(
+                "store:\n  kubernetes: {{kubeconfig: {}, namespace: rec-{_run}}}\n",
+                kubeconfig.display()
+            ),
         }
     }
 
@@ -83,6 +133,39 @@ impl Backend {
                 .await
                 .unwrap(),
             ),
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes { kubeconfig } => Arc::new(
+                driftless::store::kubernetes::KubeStore::open(
+                    common::kube::client_from(kubeconfig).await,
+                    driftless::store::kubernetes::Options {
+                        namespace: format!("rec-{_run}"),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// The store the benchmark's own drift is written through: on Kubernetes another field
+    /// manager (`kubectl-edit`), as a person's edit would be.
+    async fn open_editor(&self, dir: &Path, run: &str) -> Arc<dyn Store> {
+        match self {
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes { kubeconfig } => Arc::new(
+                driftless::store::kubernetes::KubeStore::open(
+                    common::kube::client_from(kubeconfig).await,
+                    driftless::store::kubernetes::Options {
+                        namespace: format!("rec-{run}"),
+                        field_manager: "kubectl-edit".into(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap(),
+            ),
+            _ => self.open(dir, run).await,
         }
     }
 }
@@ -171,10 +254,11 @@ fn write_config(dir: &Path, repo: &Path, backend: &Backend, run: &str) -> PathBu
     std::fs::write(
         &cfg,
         format!(
-            "{}cacheDir: cache\nserver: {{listen: \"127.0.0.1:{}\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n",
+            "{}cacheDir: cache\nserver: {{listen: \"127.0.0.1:{}\"}}\napps:\n  - name: bench\n    source:\n      repo: {}\n      path: manifests\n      interval: 1h\n    target: {{namespace: {}}}\n",
             backend.config(run),
             free_port(),
-            repo.display()
+            repo.display(),
+            backend.namespace(run)
         ),
     )
     .unwrap();
@@ -371,6 +455,81 @@ fn main() {
         );
         drop(server);
     }
+    #[cfg(feature = "kubernetes")]
+    if wanted("kubernetes") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cp = rt.block_on(common::kube::ControlPlane::start());
+        let kubeconfig = cp.kubeconfig.clone();
+        let values: Vec<serde_json::Value> = docs
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let mut floors: Vec<Duration> = (0..a.runs)
+            .map(|i| rt.block_on(kube_floor(&kubeconfig, &values, i)))
+            .collect();
+        let floor_med = median(&mut floors);
+        drop(rt);
+        measure(
+            &a,
+            work.path(),
+            &repo,
+            &Backend::Kubernetes { kubeconfig },
+            floor_med,
+            &format!(
+                "kube-apiserver, {} objects by plain server-side apply, 16 requests at once",
+                a.objects
+            ),
+        );
+        drop(cp);
+    }
+}
+
+/// The Kubernetes floor: the same objects applied by plain server-side-apply requests, 16 at
+/// once, into a fresh namespace `floor-<i>`.
+#[cfg(feature = "kubernetes")]
+async fn kube_floor(kubeconfig: &Path, docs: &[serde_json::Value], i: usize) -> Duration {
+    use futures_util::StreamExt as _;
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+    let client = common::kube::client_from(kubeconfig).await;
+    let ns = format!("floor-{i}");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let params = kube::api::PatchParams::apply("floor");
+    namespaces
+        .patch(
+            &ns,
+            &params,
+            &kube::api::Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), &ns);
+    let deps: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    futures_util::stream::iter(docs)
+        .map(|d| {
+            let (cms, deps, params) = (cms.clone(), deps.clone(), params.clone());
+            async move {
+                let name = d["metadata"]["name"].as_str().unwrap();
+                if d["kind"] == "ConfigMap" {
+                    cms.patch(name, &params, &kube::api::Patch::Apply(d))
+                        .await
+                        .map(drop)
+                } else {
+                    deps.patch(name, &params, &kube::api::Patch::Apply(d))
+                        .await
+                        .map(drop)
+                }
+                .unwrap()
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    start.elapsed()
 }
 
 /// Measures one backend and prints its table.
@@ -385,6 +544,10 @@ fn measure(
     floor_label: &str,
 ) {
     let tag = backend.name().to_lowercase();
+    let prepare_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
 
     // Cold sync and no-op resync.
     let mut cold = Vec::new();
@@ -398,6 +561,7 @@ fn measure(
         let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = write_config(&dir, repo, backend, &run);
+        prepare_rt.block_on(backend.prepare(&run));
         let (t, rss) = run_sync(&cfg);
         cold.push(t);
         cold_rss = cold_rss.max(rss);
@@ -418,6 +582,7 @@ fn measure(
         let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
         let cfg_path = write_config(&dir, repo, backend, &run);
+        prepare_rt.block_on(backend.prepare(&run));
         let cfg = driftless::config::load(&cfg_path).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -468,6 +633,8 @@ fn measure(
         .unwrap();
     let (mut latencies, mut loaded, page_rate, agent_rss) = rt.block_on(async {
         let store = backend.open(&dir, &last_run).await;
+        let editor = backend.open_editor(&dir, &last_run).await;
+        let ns = backend.namespace(&last_run);
         // Wait until the agent is up: its status says Synced.
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
@@ -480,7 +647,7 @@ fn measure(
             assert!(Instant::now() < deadline, "agent did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let quiet = revert_latencies(store.as_ref(), a.objects, a.changes, 0).await;
+        let quiet = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 0).await;
         let _ = rustls::crypto::ring::default_provider().install_default();
         // The same with 30 clients reading the app's page in a loop (5,000+ rows each).
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -503,7 +670,7 @@ fn measure(
             }));
         }
         let loaded_start = Instant::now();
-        let loaded = revert_latencies(store.as_ref(), a.objects, a.changes, 1).await;
+        let loaded = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 1).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut pages = 0;
         for r in readers {
@@ -537,6 +704,7 @@ fn measure(
 /// until the running agent has written each back.
 async fn revert_latencies(
     store: &dyn Store,
+    namespace: &str,
     objects: usize,
     changes: usize,
     round: usize,
@@ -547,7 +715,7 @@ async fn revert_latencies(
             let c = c + round * changes;
             let a_objects = objects;
             let i = (c * 7919) % a_objects / 2 * 2; // a ConfigMap
-            let key = ObjectKey::new("", "ConfigMap", "default", format!("config-{i:06}"));
+            let key = ObjectKey::new("", "ConfigMap", namespace, format!("config-{i:06}"));
             let live = store.get(&key).await.unwrap().expect("object exists");
             let mut changed: Object = live.clone();
             changed
