@@ -104,7 +104,9 @@ fn the_module_graph_has_no_cycles_and_the_pure_leaves_stay_pure() {
     }
     assert!(cycles.is_empty(), "import cycles: {cycles:#?}");
     // The pure leaves: no I/O, so no path to a module that does I/O.
-    for leaf in ["object", "yaml", "manifest", "diff", "health", "ignore", "replicas"] {
+    for leaf in [
+        "object", "yaml", "manifest", "diff", "health", "ignore", "replicas",
+    ] {
         for effect in [
             "source",
             "store",

@@ -1048,6 +1048,39 @@ async fn prune_deletes_what_the_app_owns_and_holds_a_namespace_with_foreign_obje
         })
         .await;
     assert!(default.get_opt("kept").await.unwrap().is_some());
+
+    // A half-written inventory (its index names shards that are not there) prunes nothing:
+    // a revision without `kept` leaves it, and says why.
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "driftless-system");
+    let mut inventory = records.get("inventory.guestbook").await.unwrap();
+    inventory.data = Some(
+        [(
+            "shards".to_string(),
+            json!({"digest": "ab".repeat(32), "pieces": 2, "bytes": 1000}).to_string(),
+        )]
+        .into(),
+    );
+    records
+        .replace("inventory.guestbook", &Default::default(), &inventory)
+        .await
+        .unwrap();
+    repo.remove("app/README.md");
+    repo.write(
+        "app/newcomer.yaml",
+        common::configmap("newcomer", &[("k", "1")]),
+    );
+    repo.commit("kept goes, newcomer comes");
+    agent
+        .wait("the unreadable inventory reported", 30, || async {
+            agent.log().contains("shard 1 of 2 is missing")
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        default.get_opt("kept").await.unwrap().is_some(),
+        "nothing pruned on an unreadable inventory: {}",
+        agent.log()
+    );
 }
 
 /// `scripts/kube-up`, the README's way to try the Kubernetes target without a cluster, starts
@@ -1614,5 +1647,79 @@ async fn previews_plan_by_dry_run_and_deploy_into_a_namespace_driftless_creates_
             .resource_version,
         app_version,
         "the app's own objects are untouched"
+    );
+}
+
+/// Two apps that declare one object at once (both start together, each from the same folder):
+/// one owns it, its label names that one, and the other reports the conflict naming the owner;
+/// neither fights the other over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_claiming_one_object_at_once_leave_it_one_owner() {
+    let cp = ControlPlane::start().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/shared.yaml",
+        common::configmap("shared", &[("k", "1")]),
+    );
+    repo.commit("shared");
+    let second = format!(
+        "  - name: second\n    source:\n      repo: {}\n      path: app\n      interval: 1s\n",
+        repo.url()
+    );
+    let agent = Agent::start_with(&cp, &repo, "1s", &second);
+    let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
+    let apps = || async {
+        let Ok(r) = reqwest::get(format!("http://127.0.0.1:{}/api/v1/apps", agent.port)).await
+        else {
+            return serde_json::Value::Null;
+        };
+        r.json::<serde_json::Value>().await.unwrap_or_default()["apps"].clone()
+    };
+    agent
+        .wait("one owner, one conflict", 60, || async {
+            let a = apps().await;
+            let syncs: Vec<String> = a
+                .as_array()
+                .map(|v| v.iter().map(|x| x["sync"].to_string()).collect())
+                .unwrap_or_default();
+            syncs.len() == 2
+                && syncs.contains(&"\"Synced\"".to_string())
+                && a.to_string().contains("which owns it")
+        })
+        .await;
+    let a = apps().await;
+    let owner = a
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["sync"] == "Synced")
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let live = configmaps.get("shared").await.unwrap();
+    assert_eq!(
+        live.metadata.labels.unwrap()["driftless.io/app"],
+        owner,
+        "the label names the owner"
+    );
+    assert!(
+        a.to_string()
+            .contains(&format!("also declared by app {owner}, which owns it")),
+        "{a}"
+    );
+    // No tug of war: passes go on and the object stays as the owner wrote it.
+    let rv = live.metadata.resource_version;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        configmaps
+            .get("shared")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        rv,
+        "{}",
+        agent.log()
     );
 }
