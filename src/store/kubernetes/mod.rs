@@ -128,6 +128,8 @@ struct Inner {
     kinds: tokio::sync::watch::Sender<BTreeMap<(String, String), u64>>,
     /// The highest resourceVersion read or written through this store.
     seen: std::sync::atomic::AtomicU64,
+    /// Server-side dry runs sent ([`KubeStore::dry_runs`]).
+    dry_runs: std::sync::atomic::AtomicU64,
 }
 
 fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -181,6 +183,7 @@ impl KubeStore {
                 discovered: Mutex::new(HashMap::new()),
                 kinds: tokio::sync::watch::Sender::new(BTreeMap::new()),
                 seen: std::sync::atomic::AtomicU64::new(0),
+                dry_runs: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let namespaces: Api<DynamicObject> = Api::all_with(
@@ -211,6 +214,14 @@ impl KubeStore {
     /// The kube-rs client.
     pub fn client(&self) -> &kube::Client {
         &self.inner.client
+    }
+
+    /// How many server-side dry runs this store (and its clones) has sent: a revision's check
+    /// and each suspect's confirmation. A pass with nothing suspect sends none.
+    pub fn dry_runs(&self) -> u64 {
+        self.inner
+            .dry_runs
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A handle that writes only while `gate` is open: while this replica holds the app's
@@ -413,6 +424,9 @@ impl KubeStore {
         let params = PatchParams::apply(&self.inner.options.field_manager)
             .force()
             .dry_run();
+        self.inner
+            .dry_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match api
             .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
             .await
@@ -831,6 +845,9 @@ impl Store for KubeStore {
         let params = PatchParams::apply(&self.inner.options.field_manager)
             .force()
             .dry_run();
+        self.inner
+            .dry_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let would = api
             .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
             .await
