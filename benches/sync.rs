@@ -37,7 +37,7 @@ mod etcd_server;
 #[cfg(feature = "kubernetes")]
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[cfg(feature = "kubernetes")]
+#[cfg(all(feature = "kubernetes", feature = "etcd"))]
 use common::etcd as etcd_server;
 
 struct Args {

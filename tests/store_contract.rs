@@ -750,4 +750,58 @@ async fn a_kubernetes_api_server_keeps_the_contract_where_it_applies() {
         "{:?}",
         listing.unreadable
     );
+
+    // The watch cache: once the change feed watches a kind, reads of its objects are answered
+    // from memory, and an event on the feed is never ahead of what a read returns.
+    let kube = store::kubernetes::KubeStore::open(client.clone(), Default::default())
+        .await
+        .unwrap();
+    kube.commit(vec![put(
+        cm("cached", json!({"v": "1"})),
+        Precondition::Any,
+    )])
+    .await
+    .unwrap();
+    let mut feed = kube.watch(kube.revision().await.unwrap()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = kube.reads();
+        kube.get(&key("cached")).await.unwrap().unwrap();
+        if kube.reads() == before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch cache never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "default");
+    for i in 0..20 {
+        other
+            .patch(
+                "cached",
+                &kube::api::PatchParams::apply("kubectl-edit").force(),
+                &kube::api::Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "cached"}, "data": {"v": i.to_string()}})),
+            )
+            .await
+            .unwrap();
+        let event = loop {
+            if let WatchItem::Event(e) = next_event(&mut feed).await
+                && e.key == key("cached")
+            {
+                break e;
+            }
+        };
+        let reads = kube.reads();
+        let got = kube.get(&key("cached")).await.unwrap().unwrap();
+        assert!(
+            got.resource_version() >= Some(event.revision),
+            "read {:?} after an event at {}",
+            got.resource_version(),
+            event.revision
+        );
+        assert_eq!(kube.reads(), reads, "answered by the cache");
+    }
 }

@@ -52,6 +52,7 @@ use super::{
 };
 use crate::object::{Object, ObjectKey, RESERVED_GROUP};
 
+mod cache;
 pub mod leases;
 mod records;
 
@@ -130,6 +131,10 @@ struct Inner {
     seen: std::sync::atomic::AtomicU64,
     /// Server-side dry runs sent ([`KubeStore::dry_runs`]).
     dry_runs: std::sync::atomic::AtomicU64,
+    /// The objects of the watched kinds, as the watches last saw them ([`cache`]).
+    cache: cache::Cache,
+    /// Objects read from the API server one by one ([`KubeStore::reads`]).
+    reads: std::sync::atomic::AtomicU64,
 }
 
 fn backend(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -184,6 +189,8 @@ impl KubeStore {
                 kinds: tokio::sync::watch::Sender::new(BTreeMap::new()),
                 seen: std::sync::atomic::AtomicU64::new(0),
                 dry_runs: std::sync::atomic::AtomicU64::new(0),
+                cache: cache::Cache::default(),
+                reads: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let namespaces: Api<DynamicObject> = Api::all_with(
@@ -214,6 +221,12 @@ impl KubeStore {
     /// The kube-rs client.
     pub fn client(&self) -> &kube::Client {
         &self.inner.client
+    }
+
+    /// How many objects this store (and its clones) has read from the API server one by one
+    /// (GET): what the watch cache answers is not counted.
+    pub fn reads(&self) -> u64 {
+        self.inner.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many server-side dry runs this store (and its clones) has sent: a revision's check
@@ -325,11 +338,18 @@ impl KubeStore {
             return self.get_record(key).await;
         }
         self.watch_kind(&key.group, &key.kind);
+        // What the change feed's watch of the kind holds, it has seen last: no request.
+        if let Some(cached) = self.inner.cache.get(key) {
+            return Ok(Some(cached));
+        }
         // A kind the server does not serve (yet: its CRD is in the same sync) has no objects.
         if self.find(&key.group, &key.kind).await?.is_none() {
             return Ok(None);
         }
         let (api, _) = self.api_for(key).await?;
+        self.inner
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let found = api
             .get_opt(&key.name)
             .await
@@ -371,9 +391,9 @@ impl KubeStore {
         {
             Ok(stored) if is_crd(&key) => {
                 let stored = self.wait_established(&api, stored).await?;
-                to_object(&key, stored)
+                self.wrote(&key, to_object(&key, stored)?)
             }
-            Ok(stored) => to_object(&key, stored),
+            Ok(stored) => self.wrote(&key, to_object(&key, stored)?),
             Err(e) if code(&e) == Some(409) => Err(match precondition {
                 // An apply cannot require absence: it is refused only when another manager
                 // owns a field it sets.
@@ -386,6 +406,15 @@ impl KubeStore {
             }),
             Err(e) => Err(refused("apply", &key, &e)),
         }
+    }
+
+    /// Notes an object just written in the watch cache (a pass right after must not read it as
+    /// it was) and hands it back.
+    fn wrote(&self, key: &ObjectKey, stored: Object) -> Result<Object> {
+        if let Some(rv) = stored.resource_version() {
+            self.inner.cache.saw(key, Some(&stored), rv);
+        }
+        Ok(stored)
     }
 
     /// The server-side dry run of one object for [`Store::check`]: its refusal, if any.
@@ -495,7 +524,12 @@ impl KubeStore {
             return self.delete_record(key, precondition).await;
         }
         let api = self.api_for(key).await?.0;
-        self.delete_named(&api, key, &key.name, precondition).await
+        let deleted = self
+            .delete_named(&api, key, &key.name, precondition)
+            .await?;
+        // Gone for the watch cache too (at the deletion's revision, or past anything held).
+        self.inner.cache.saw(key, None, deleted.unwrap_or(u64::MAX));
+        Ok(deleted)
     }
 
     /// Deletes `name` of `api` (the object of `key`) under `precondition`.
@@ -1052,6 +1086,40 @@ impl KubeStore {
         tasks.abort_all();
     }
 
+    /// Lists a kind's labelled objects into the watch cache.
+    async fn fill_cache(
+        &self,
+        client: &Api<DynamicObject>,
+        api: &ApiResource,
+        label: &str,
+    ) -> Result<()> {
+        let list = client
+            .list(&ListParams::default().labels(label))
+            .await
+            .map_err(|e| backend("list", e))?;
+        let mut objects = Vec::with_capacity(list.items.len());
+        for mut o in list.items {
+            o.types = Some(kube::core::TypeMeta {
+                api_version: api.api_version.clone(),
+                kind: api.kind.clone(),
+            });
+            let key = ObjectKey::new(
+                &api.group,
+                &api.kind,
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            );
+            if let Ok(obj) = to_object(&key, o) {
+                objects.push(obj);
+            }
+        }
+        tracing::debug!(group = %api.group, kind = %api.kind, objects = objects.len(), "Watch cache listed");
+        self.inner
+            .cache
+            .replace((api.group.clone(), api.kind.clone()), objects);
+        Ok(())
+    }
+
     /// Watches one resource (all namespaces, or one) selected by `label`, from `from`, sending
     /// events until the receiver is dropped. After `410 Gone`: a relist item, and the watch
     /// starts again from the current revision.
@@ -1066,9 +1134,26 @@ impl KubeStore {
             None => Api::all_with(self.inner.client.clone(), &api),
         };
         let mut rv = from.to_string();
+        let kind = (api.group.clone(), api.kind.clone());
         // Restarts after a failure wait 0.5 s, doubling to 30 s.
         let mut delay = std::time::Duration::from_millis(500);
         loop {
+            // The watch cache of a kind: listed before its watch starts (the watch then
+            // replays from `rv`, so no event the feed owes is skipped; older news than the
+            // listing does not move the cache back).
+            if !records
+                && !self.inner.cache.synced(&kind)
+                && let Err(e) = self.fill_cache(&client, &api, &label).await
+            {
+                tracing::debug!(error = %super::error_chain(&e), "Listing a kind for the watch cache failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {
+                        delay = (delay * 2).min(std::time::Duration::from_secs(30));
+                        continue;
+                    }
+                    _ = tx.closed() => return,
+                }
+            }
             let params = WatchParams::default().labels(&label).timeout(290);
             let stream = match client.watch(&params, &rv).await {
                 Ok(s) => s,
@@ -1099,6 +1184,7 @@ impl KubeStore {
                         continue;
                     }
                     Ok(WatchEvent::Error(s)) if s.code == 410 => {
+                        self.inner.cache.unsync(&kind);
                         // History is gone: ask for a relist from now.
                         let now = self.revision().await.unwrap_or(0);
                         rv = now.to_string();
@@ -1112,10 +1198,12 @@ impl KubeStore {
                         break;
                     }
                     Ok(WatchEvent::Error(s)) => {
+                        self.inner.cache.unsync(&kind);
                         tracing::debug!(code = s.code, message = %s.message, "Watch error; restarting");
                         break;
                     }
                     Err(e) => {
+                        self.inner.cache.unsync(&kind);
                         tracing::debug!(error = %e, "Watch stream failed; restarting");
                         break;
                     }
@@ -1131,12 +1219,27 @@ impl KubeStore {
                         None => continue,
                     }
                 } else {
-                    ObjectKey::new(
+                    let key = ObjectKey::new(
                         &api.group,
                         &api.kind,
                         obj.metadata.namespace.as_deref().unwrap_or_default(),
                         obj.metadata.name.as_deref().unwrap_or_default(),
-                    )
+                    );
+                    // The cache first: whoever acts on the event reads at least this.
+                    if deleted {
+                        self.inner.cache.saw(&key, None, revision);
+                    } else {
+                        let mut obj = obj;
+                        obj.types = Some(kube::core::TypeMeta {
+                            api_version: api.api_version.clone(),
+                            kind: api.kind.clone(),
+                        });
+                        match to_object(&key, obj) {
+                            Ok(o) => self.inner.cache.saw(&key, Some(&o), revision),
+                            Err(_) => self.inner.cache.saw(&key, None, revision),
+                        }
+                    }
+                    key
                 };
                 let event = WatchItem::Event(Event {
                     revision,
