@@ -333,6 +333,17 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
     }
 }
 
+/// A repository whose folder `app` holds one ConfigMap, `settings` (`mode: blue`), committed.
+fn settings_repo() -> common::GitRepo {
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/settings.yaml",
+        common::configmap("settings", &[("mode", "blue")]),
+    );
+    repo.commit("settings");
+    repo
+}
+
 /// `driftless run` against a control plane, with one app `guestbook` on `repo`'s folder `app`,
 /// killed on drop.
 struct Agent {
@@ -1131,12 +1142,7 @@ async fn the_kube_up_script_starts_a_local_api_server_the_agent_can_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_compaction() {
     let mut cp = ControlPlane::start().await;
-    let repo = common::GitRepo::new();
-    repo.write(
-        "app/settings.yaml",
-        common::configmap("settings", &[("mode", "blue")]),
-    );
-    repo.commit("settings");
+    let repo = settings_repo();
     let agent = Agent::start(&cp, &repo, "1h");
     let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
     agent
@@ -1445,12 +1451,7 @@ async fn the_agent_runs_as_the_charts_service_account_and_names_what_its_role_do
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_the_app_through_leases_and_one_takes_over_from_a_killed_holder() {
     let cp = ControlPlane::start().await;
-    let repo = common::GitRepo::new();
-    repo.write(
-        "app/settings.yaml",
-        common::configmap("settings", &[("mode", "blue")]),
-    );
-    repo.commit("settings");
+    let repo = settings_repo();
     let store = format!("{{kubeconfig: {}, leaseTTL: 3s}}", cp.kubeconfig.display());
     let r1 = Agent::start_replica(&store, &repo, "1h", "", "r1");
     let r2 = Agent::start_replica(&store, &repo, "1h", "", "r2");
@@ -1520,12 +1521,8 @@ async fn previews_plan_by_dry_run_and_deploy_into_a_namespace_driftless_creates_
     use k8s_openapi::api::core::v1::Namespace;
     let cp = ControlPlane::start().await;
     let client = cp.client().await;
-    let repo = common::GitRepo::new();
-    repo.write(
-        "app/settings.yaml",
-        common::configmap("settings", &[("mode", "blue")]),
-    );
-    let main = repo.commit("settings");
+    let repo = settings_repo();
+    let main = repo.head();
     let agent = Agent::start_with(
         &cp,
         &repo,

@@ -328,15 +328,12 @@ pub(super) async fn replicas(
             e.value.lease_ttl.value,
             names.clone(),
         );
-        let mut gates = std::collections::HashMap::new();
-        for n in names {
-            if let Some(g) = r.gate(&n) {
-                stores
-                    .per_app
-                    .insert(n.clone(), Arc::new(etcd.fenced(g.clone())));
-                gates.insert(n, g);
-            }
-        }
+        let gates = gate_each(
+            &names,
+            &mut stores,
+            |n| r.gate(n),
+            |g| Ok(Arc::new(etcd.fenced(g))),
+        )?;
         return Ok((
             stores,
             Some(Coordination {
@@ -358,18 +355,17 @@ pub(super) async fn replicas(
             k.value.lease_ttl.value,
             names.clone(),
         );
-        let mut gates = std::collections::HashMap::new();
-        for n in names {
-            if let Some(g) = r.gate(&n) {
-                // A handle on the shared store: its change feed watches the kinds the app
-                // writes through it.
-                let fenced = store
-                    .fenced(g.clone())
-                    .context("the Kubernetes store fences its writes")?;
-                stores.per_app.insert(n.clone(), fenced);
-                gates.insert(n, g);
-            }
-        }
+        // Handles on the shared store: its change feed watches the kinds the apps write.
+        let gates = gate_each(
+            &names,
+            &mut stores,
+            |n| r.gate(n),
+            |g| {
+                store
+                    .fenced(g)
+                    .context("the Kubernetes store fences its writes")
+            },
+        )?;
         return Ok((
             stores,
             Some(Coordination {
@@ -384,6 +380,24 @@ pub(super) async fn replicas(
     }
     let _ = release;
     Ok((stores, None))
+}
+
+/// The gate of each app (`gate`), and its store fenced by that gate (`fenced`) in `stores`.
+#[cfg(any(feature = "etcd", feature = "kubernetes"))]
+fn gate_each(
+    names: &[String],
+    stores: &mut Stores,
+    gate: impl Fn(&str) -> Option<crate::reconcile::Gate>,
+    fenced: impl Fn(crate::reconcile::Gate) -> anyhow::Result<Arc<dyn Store>>,
+) -> anyhow::Result<std::collections::HashMap<String, crate::reconcile::Gate>> {
+    let mut gates = std::collections::HashMap::new();
+    for n in names {
+        if let Some(g) = gate(n) {
+            stores.per_app.insert(n.clone(), fenced(g.clone())?);
+            gates.insert(n.clone(), g);
+        }
+    }
+    Ok(gates)
 }
 
 /// Waits until the store answers (an etcd cluster may still be starting), logging each

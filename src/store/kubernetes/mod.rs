@@ -408,6 +408,26 @@ impl KubeStore {
         }
     }
 
+    /// A server-side dry run of applying `object` (its status left out) with force: what the
+    /// API server would store, or its refusal. Counted in [`KubeStore::dry_runs`].
+    async fn dry_run_apply(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+        object: &Object,
+    ) -> kube::Result<DynamicObject> {
+        let mut body = object.as_map().clone();
+        body.remove("status");
+        let params = PatchParams::apply(&self.inner.options.field_manager)
+            .force()
+            .dry_run();
+        self.inner
+            .dry_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        api.patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+            .await
+    }
+
     /// Notes an object just written in the watch cache (a pass right after must not read it as
     /// it was) and hands it back.
     fn wrote(&self, key: &ObjectKey, stored: Object) -> Result<Object> {
@@ -448,18 +468,7 @@ impl KubeStore {
         } else {
             Api::all_with(self.inner.client.clone(), &r.api)
         };
-        let mut body = o.as_map().clone();
-        body.remove("status");
-        let params = PatchParams::apply(&self.inner.options.field_manager)
-            .force()
-            .dry_run();
-        self.inner
-            .dry_runs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match api
-            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
-            .await
-        {
+        match self.dry_run_apply(&api, &key, &o).await {
             Ok(_) => Ok(None),
             Err(e)
                 if code(&e) == Some(404) && r.namespaced && namespaces.contains(&key.namespace) =>
@@ -874,16 +883,8 @@ impl Store for KubeStore {
         let key = declared.key();
         tracing::debug!(object = %key, "Drift suspected; confirming with a server-side dry run");
         let (api, _) = self.api_for(&key).await?;
-        let mut body = declared.as_map().clone();
-        body.remove("status");
-        let params = PatchParams::apply(&self.inner.options.field_manager)
-            .force()
-            .dry_run();
-        self.inner
-            .dry_runs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let would = api
-            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+        let would = self
+            .dry_run_apply(&api, &key, declared)
             .await
             .map_err(|e| refused("dry run", &key, &e))?;
         let would = to_object(&key, would)?;
