@@ -751,6 +751,31 @@ async fn a_kubernetes_api_server_keeps_the_contract_where_it_applies() {
         listing.unreadable
     );
 
+    // Many objects of one kind in one namespace are read with one LIST: 25 that exist and 5
+    // that do not, answered right, in one request.
+    let kube = store::kubernetes::KubeStore::open(client.clone(), Default::default())
+        .await
+        .unwrap();
+    let writes: Vec<Write> = (0..25)
+        .map(|i| {
+            put(
+                cm(&format!("many-{i}"), json!({"i": i.to_string()})),
+                Precondition::Any,
+            )
+        })
+        .collect();
+    kube.commit(writes).await.unwrap();
+    let keys: Vec<_> = (0..30).map(|i| key(&format!("many-{i}"))).collect();
+    let reads = kube.reads();
+    let many = kube.get_many(&keys).await.unwrap();
+    assert_eq!(kube.reads(), reads + 1, "one LIST");
+    assert_eq!(many.objects.len(), 25);
+    assert_eq!(
+        many.objects[&key("many-7")].get("data"),
+        Some(&json!({"i": "7"}))
+    );
+    assert!(!many.objects.contains_key(&key("many-27")));
+
     // The watch cache: once the change feed watches a kind, reads of its objects are answered
     // from memory, and an event on the feed is never ahead of what a read returns.
     let kube = store::kubernetes::KubeStore::open(client.clone(), Default::default())

@@ -61,6 +61,10 @@ pub use records::{RECORD_KEY_ANNOTATION, RECORD_LABEL, SHARD_DIGEST_LABEL, SHARD
 /// How long an applied CustomResourceDefinition may take to become `Established`.
 const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Above how many objects of one kind in one namespace [`Store::get_many`] lists the kind
+/// rather than reading each object.
+const LIST_ABOVE: usize = 20;
+
 /// How many writes of one commit go to the API server at once (client-go's default QPS is 5,
 /// kubectl apply's is 1 at a time; the floor of the benchmark uses 16).
 const APPLY_CONCURRENCY: usize = 16;
@@ -646,7 +650,66 @@ impl Store for KubeStore {
 
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {
         let mut listing = Listing::default();
-        let reads = futures_util::stream::iter(keys.iter().cloned())
+        // What the watch cache holds needs no request; of the rest, a kind with many keys in
+        // one namespace is read with one LIST (a cold sync asks for thousands of objects that
+        // do not exist yet), the others one GET each.
+        let mut by_kind: BTreeMap<(String, String, String), Vec<ObjectKey>> = BTreeMap::new();
+        let mut single = Vec::new();
+        for k in keys {
+            if k.is_reserved() {
+                single.push(k.clone());
+                continue;
+            }
+            self.watch_kind(&k.group, &k.kind);
+            match self.inner.cache.get(k) {
+                Some(o) => {
+                    listing.objects.insert(k.clone(), o);
+                }
+                None => by_kind
+                    .entry((k.group.clone(), k.kind.clone(), k.namespace.clone()))
+                    .or_default()
+                    .push(k.clone()),
+            }
+        }
+        for ((group, kind, namespace), ks) in by_kind {
+            if ks.len() <= LIST_ABOVE {
+                single.extend(ks);
+                continue;
+            }
+            // Not served (yet): none of them exists.
+            let Some(r) = self.find(&group, &kind).await? else {
+                continue;
+            };
+            let api: Api<DynamicObject> = if r.namespaced {
+                Api::namespaced_with(self.inner.client.clone(), &namespace, &r.api)
+            } else {
+                Api::all_with(self.inner.client.clone(), &r.api)
+            };
+            self.inner
+                .reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| backend("get", e))?;
+            let wanted: BTreeSet<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+            for mut o in list.items {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if !wanted.contains(name.as_str()) {
+                    continue;
+                }
+                o.types = Some(kube::core::TypeMeta {
+                    api_version: r.api.api_version.clone(),
+                    kind: r.api.kind.clone(),
+                });
+                let key = ObjectKey::new(&group, &kind, &namespace, &name);
+                listing.objects.insert(key.clone(), to_object(&key, o)?);
+            }
+        }
+        for o in listing.objects.values() {
+            listing.revision = listing.revision.max(o.resource_version().unwrap_or(0));
+        }
+        let reads = futures_util::stream::iter(single)
             .map(|k| async move {
                 let o = self.get_object(&k).await;
                 (k, o)
