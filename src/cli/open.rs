@@ -296,11 +296,18 @@ pub(super) fn replica_name(
 /// and the coordination task, which gives the apps back once `release` turns true.
 #[cfg(any(feature = "etcd", feature = "kubernetes"))]
 pub(super) struct Coordination {
+    /// This replica's name.
     pub name: String,
+    /// The lease time to live (whole seconds).
     pub ttl: std::time::Duration,
+    /// What the replicas share the apps through, for the log: `etcd leases`, `Kubernetes
+    /// Leases`.
     pub through: &'static str,
+    /// True once this replica knows who holds what.
     pub coordinated: tokio::sync::watch::Receiver<bool>,
+    /// App name → its gate (`Some(fence)` while this replica holds the app).
     pub gates: std::collections::HashMap<String, crate::reconcile::Gate>,
+    /// The coordination itself, to spawn; it gives the apps back once `release` turns true.
     pub task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
