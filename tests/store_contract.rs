@@ -829,4 +829,17 @@ async fn a_kubernetes_api_server_keeps_the_contract_where_it_applies() {
         );
         assert_eq!(kube.reads(), reads, "answered by the cache");
     }
+    // An object written without the app label is not cached (the watch, which selects by the
+    // label, would never tell of its deletion): deleted behind the store's back, it is gone.
+    kube.commit(vec![put(
+        common::objects::cm("unlabelled", json!({})),
+        Precondition::Any,
+    )])
+    .await
+    .unwrap();
+    other
+        .delete("unlabelled", &Default::default())
+        .await
+        .unwrap();
+    assert!(kube.get(&key("unlabelled")).await.unwrap().is_none());
 }

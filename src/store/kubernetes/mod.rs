@@ -435,8 +435,15 @@ impl KubeStore {
     /// Notes an object just written in the watch cache (a pass right after must not read it as
     /// it was) and hands it back.
     fn wrote(&self, key: &ObjectKey, stored: Object) -> Result<Object> {
+        // Only what the watches select (the app label) is cached: the watch would never tell
+        // of an unlabelled object's deletion.
+        let labelled = stored
+            .metadata()
+            .get("labels")
+            .and_then(|l| l.get(APP_LABEL))
+            .is_some();
         if let Some(rv) = stored.resource_version() {
-            self.inner.cache.saw(key, Some(&stored), rv);
+            self.inner.cache.saw(key, labelled.then_some(&stored), rv);
         }
         Ok(stored)
     }
