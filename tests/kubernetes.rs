@@ -407,6 +407,14 @@ impl Agent {
         }
     }
 
+    /// Waits up to `secs` for the app's status to say `Synced`.
+    async fn wait_synced(&self, secs: u64) {
+        self.wait("Synced", secs, || async {
+            self.status().await["sync"] == "Synced"
+        })
+        .await;
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -523,11 +531,7 @@ async fn a_namespace_a_crd_and_what_they_hold_apply_in_one_commit_and_drift_is_r
             matches!(widgets.get_opt("gear").await, Ok(Some(_)))
         })
         .await;
-    agent
-        .wait("the app Synced", 30, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(30).await;
     assert_eq!(
         prices.get("prices").await.unwrap().data.unwrap()["apple"],
         "3"
@@ -703,11 +707,7 @@ async fn defaulted_and_normalized_kinds_are_not_drift_and_passes_write_nothing()
     repo.write("app/kinds.yaml", KINDS);
     repo.commit("kinds");
     let agent = Agent::start(&cp, &repo, "1s");
-    agent
-        .wait("Synced", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     let kinds = [
         ("apps", "v1", "Deployment", "web"),
         ("", "v1", "Service", "web"),
@@ -894,11 +894,7 @@ async fn an_ignored_field_changed_by_an_autoscaler_stays_and_the_rest_is_still_e
         "    sync:\n      ignore:\n        - paths: [/spec/replicas]\n          target: {group: apps, kind: Deployment}\n        - managers: [vpa-recommender]\n",
     );
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    agent
-        .wait("Synced", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     // The autoscaler scales (as kube-controller-manager would, through the scale subresource's
     // field), and someone edits the image.
     let hpa = PatchParams {
@@ -993,11 +989,7 @@ async fn prune_deletes_what_the_app_owns_and_holds_a_namespace_with_foreign_obje
     let default: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let shop: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    agent
-        .wait("Synced", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     // Objects the app does not own: one in the app's Namespace, one beside its objects.
     let by_hand = PatchParams::apply("kubectl");
     for (api, name) in [(&shop, "foreign"), (&default, "bystander")] {
@@ -1145,11 +1137,7 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
     let repo = settings_repo();
     let agent = Agent::start(&cp, &repo, "1h");
     let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
-    agent
-        .wait("Synced", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     let mode = |api: Api<ConfigMap>| async move {
         api.get("settings")
             .await
@@ -1405,11 +1393,7 @@ async fn the_agent_runs_as_the_charts_service_account_and_names_what_its_role_do
         kubeconfig.display()
     );
     let agent = Agent::start_on(&store, &repo, "1s", "");
-    agent
-        .wait("guestbook synced as the ServiceAccount", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     let records: Api<ConfigMap> = Api::namespaced(admin.clone(), "driftless");
     assert!(
         records
@@ -1530,11 +1514,7 @@ async fn previews_plan_by_dry_run_and_deploy_into_a_namespace_driftless_creates_
         "    preview:\n      refs: \"refs/pull/*/head\"\n      deploy: true\n",
     );
     let default: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    agent
-        .wait("the app synced", 60, || async {
-            agent.status().await["sync"] == "Synced"
-        })
-        .await;
+    agent.wait_synced(60).await;
     let app_version = default
         .get("settings")
         .await

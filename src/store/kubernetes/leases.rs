@@ -81,6 +81,10 @@ fn spec_str<'a>(lease: &'a DynamicObject, field: &str) -> Option<&'a str> {
     lease.data.get("spec")?.get(field)?.as_str()
 }
 
+fn spec_i64(lease: &DynamicObject, field: &str) -> Option<i64> {
+    lease.data.get("spec")?.get(field)?.as_i64()
+}
+
 /// Which replica holds each app (app name to replica name), by the Leases' own timestamps
 /// (`renewTime` plus `leaseDurationSeconds` not past): for `driftless status`, where one look
 /// cannot observe a Lease moving. An expired hold is left out.
@@ -110,12 +114,7 @@ pub async fn holders(store: &KubeStore) -> Result<BTreeMap<String, String>> {
             continue;
         };
         let renewed = micros(spec_str(&lease, "renewTime"));
-        let duration = lease
-            .data
-            .get("spec")
-            .and_then(|s| s.get("leaseDurationSeconds"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
+        let duration = spec_i64(&lease, "leaseDurationSeconds").unwrap_or(0);
         if let Some(holder) = spec_str(&lease, "holderIdentity")
             && renewed + duration * 1_000_000 >= now
         {
@@ -306,11 +305,9 @@ impl Replicas {
             Some(cur) => {
                 body["metadata"]["resourceVersion"] =
                     json!(cur.metadata.resource_version.clone().unwrap_or_default());
-                if let Some(t) = cur
-                    .data
-                    .get("spec")
-                    .and_then(|s| s.get("leaseTransitions"))
-                    .and_then(Value::as_i64)
+                // The count of holders goes on, unless the body moves it (a takeover).
+                if body["spec"].get("leaseTransitions").is_none()
+                    && let Some(t) = spec_i64(cur, "leaseTransitions")
                 {
                     body["spec"]["leaseTransitions"] = json!(t);
                 }
@@ -482,18 +479,9 @@ impl Replicas {
             let taken = match expired.get(app) {
                 Some(old) => {
                     let mut body = body;
-                    let transitions = old
-                        .data
-                        .get("spec")
-                        .and_then(|s| s.get("leaseTransitions"))
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0);
-                    body["spec"]["leaseTransitions"] = json!(transitions + 1);
-                    let mut old = old.clone();
-                    if let Some(spec) = old.data.get_mut("spec").and_then(Value::as_object_mut) {
-                        spec.insert("leaseTransitions".into(), json!(transitions + 1));
-                    }
-                    self.write(body, Some(&old)).await?
+                    body["spec"]["leaseTransitions"] =
+                        json!(spec_i64(old, "leaseTransitions").unwrap_or(0) + 1);
+                    self.write(body, Some(old)).await?
                 }
                 None => self.write(body, None).await?,
             };
