@@ -45,6 +45,8 @@ struct Args {
     runs: usize,
     changes: usize,
     store: Option<String>,
+    /// `--only agent-noop`: measure the running agent's no-op resync alone (for a profiler).
+    only: Option<String>,
 }
 
 /// The store a measurement runs against.
@@ -202,6 +204,7 @@ fn args() -> Args {
         runs: 5,
         changes: 200,
         store: None,
+        only: None,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -212,6 +215,7 @@ fn args() -> Args {
             "--runs" => a.runs = next().expect("--runs N"),
             "--changes" => a.changes = next().expect("--changes N"),
             "--store" => a.store = argv.get(i + 1).cloned(),
+            "--only" => a.only = argv.get(i + 1).cloned(),
             _ => {}
         }
         i += 1;
@@ -582,7 +586,8 @@ fn measure(
     let mut noop_rss = 0;
     let mut last_cfg = PathBuf::new();
     let mut last_run = String::new();
-    for run in 0..a.runs {
+    let agent_noop_only = a.only.as_deref() == Some("agent-noop");
+    for run in (0..a.runs).filter(|_| !agent_noop_only) {
         let run = format!("{tag}-run{run}");
         let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
@@ -597,8 +602,6 @@ fn measure(
         last_cfg = cfg;
         last_run = run;
     }
-    let cold_med = median(&mut cold);
-    let noop_med = median(&mut noop);
 
     // The running agent's periodic resync when nothing changed: the same reconcile the agent
     // runs at each poll, in process, after a first pass (the revision is known, so it fetches,
@@ -660,6 +663,18 @@ fn measure(
             median(&mut times)
         })
     };
+    if agent_noop_only {
+        println!(
+            "no-op resync in the running agent, {} objects, {} store: median {:.1} ms of {} runs",
+            a.objects,
+            backend.name(),
+            agent_noop_med.as_secs_f64() * 1000.0,
+            a.runs
+        );
+        return;
+    }
+    let cold_med = median(&mut cold);
+    let noop_med = median(&mut noop);
 
     // Drift-revert latency with the agent running.
     let dir = last_cfg.parent().unwrap().to_path_buf();

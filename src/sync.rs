@@ -26,7 +26,7 @@
 mod config;
 pub use config::{RetryConfig, SyncConfig, TargetConfig};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -362,6 +362,60 @@ impl Ownership {
     }
 }
 
+/// What an earlier sync of the same desired set found already as declared: per object, the
+/// live resourceVersion it compared with, and the inventory record version it held then. A
+/// later sync given it ([`Request::verified`]) asks the store for the objects' current
+/// resourceVersions ([`Store::versions`]) and neither reads nor plans those that have not moved:
+/// an object is only ever changed by a write, and every write moves its resourceVersion, so
+/// the same live version against the same declaration and inventory entry plans the same
+/// (unchanged) step. Valid for one desired set only: the caller drops it when the revision in
+/// force (or what it declares) changes; it is ignored when the inventory record has moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// The inventory record's resourceVersion the entries hold for (`None`: none yet).
+    pub inventory_rv: Option<u64>,
+    /// Object → the live resourceVersion it was found as declared at.
+    pub entries: std::collections::HashMap<ObjectKey, u64>,
+}
+
+impl Verified {
+    /// Applies what a sync given this (or, after a [`VerifiedUpdate::reset`], nothing) found.
+    pub fn apply(&mut self, update: VerifiedUpdate) {
+        if update.reset {
+            self.entries.clear();
+        }
+        self.inventory_rv = update.inventory_rv;
+        for k in update.moved {
+            self.entries.remove(&k);
+        }
+        self.entries.extend(update.found);
+    }
+
+    /// How many objects it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What a sync learnt for [`Verified`]: a change to apply to the copy it was given
+/// ([`Verified::apply`]), so that a pass that finds nothing new copies nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifiedUpdate {
+    /// The copy given was not used (none, or held for another inventory record): start anew.
+    pub reset: bool,
+    /// The inventory record's resourceVersion after the sync.
+    pub inventory_rv: Option<u64>,
+    /// Objects planned (or in conflict) that are no longer known as declared.
+    pub moved: Vec<ObjectKey>,
+    /// Objects found as declared, at their live resourceVersion.
+    pub found: Vec<(ObjectKey, u64)>,
+}
+
 /// What to sync.
 #[derive(Clone, Debug)]
 pub struct Request<'a> {
@@ -393,6 +447,10 @@ pub struct Request<'a> {
     /// trusts it (a stale copy is caught by the inventory's compare-and-swap if it is written,
     /// and the retry reads it fresh). `None` reads it from the store.
     pub inventory: Option<&'a Inventory>,
+    /// What the last sync of this same desired set found as declared ([`Outcome::verified`]
+    /// of it): those objects whose resourceVersion has not moved are neither read nor planned.
+    /// `None` plans every object in scope.
+    pub verified: Option<&'a Verified>,
 }
 
 /// What a sync did.
@@ -418,6 +476,58 @@ pub struct Outcome {
     /// Objects set aside because another writer changed them during the sync (see the module
     /// documentation): not written, out of sync, inventory entries kept.
     pub contested: BTreeSet<ObjectKey>,
+    /// Declared objects in scope that [`Request::verified`] showed unchanged since they were
+    /// last found as declared: not read, not planned (no step in [`Outcome::plan`]), still as
+    /// declared.
+    pub still_unchanged: BTreeSet<ObjectKey>,
+    /// What to apply to the [`Verified`] given (or to a new one) before passing it to the next
+    /// sync of the same desired set.
+    pub verified: VerifiedUpdate,
+}
+
+/// True when a [`sync`] of `req` has nothing to do, found without reading or planning any
+/// object: a whole-app request whose [`Request::verified`] holds every declared object, with
+/// an inventory copy ([`Request::inventory`]) that is still the stored record, lists exactly
+/// the declared objects (nothing to prune, claim or keep), names this revision and source,
+/// and every object's resourceVersion ([`Store::versions`]) still the one it was found as
+/// declared at. `false` means "sync to find out", never "something changed".
+///
+/// # Errors
+///
+/// [`Error::Store`] when the store fails.
+pub async fn nothing_moved(store: &dyn Store, req: &Request<'_>) -> Result<bool> {
+    let (Some(verified), Some(inventory)) = (req.verified, req.inventory) else {
+        return Ok(false);
+    };
+    // The verified objects are declared ones the inventory lists (see `Verified`): as many as
+    // declared means all of them; an inventory of as many lists nothing else.
+    let same_sets = verified.len() == req.desired.len()
+        && inventory.entries.len() == req.desired.len()
+        && inventory.retained.is_empty();
+    if req.scope.is_some()
+        || !same_sets
+        || inventory.revision.as_ref() != Some(req.revision)
+        || inventory.source.as_deref() != Some(req.source)
+        || verified.inventory_rv.is_none()
+        || verified.inventory_rv != inventory.resource_version
+    {
+        return Ok(false);
+    }
+    let stored = store
+        .version_of(&Inventory::record_key(req.app))
+        .await
+        .map_err(Error::Store)?;
+    if stored != inventory.resource_version {
+        return Ok(false);
+    }
+    let keys: Vec<&ObjectKey> = req.desired.keys().collect();
+    let now = store.versions(&keys).await.map_err(Error::Store)?;
+    Ok(keys.iter().zip(now).all(|(k, now)| {
+        verified
+            .entries
+            .get(*k)
+            .is_some_and(|rv| now == store::Version::At(*rv))
+    }))
 }
 
 /// Plans and (unless `dry_run`) applies one sync. See the module documentation.
@@ -524,7 +634,7 @@ async fn attempt_sync(
     // claims and prunes).
     let mut conflicts = BTreeMap::new();
     let mut ownership: Option<Ownership> = None;
-    if desired.keys().any(|k| !inventory.entries.contains_key(*k)) {
+    if !all_in(desired.keys().copied(), &inventory.entries) {
         let index = Ownership::load(store).await?;
         desired.retain(|k, _| match index.other_owner(k, req.app) {
             Some(owner) if !inventory.entries.contains_key(*k) => {
@@ -538,9 +648,36 @@ async fn attempt_sync(
         });
         ownership = Some(index);
     }
+    // Objects an earlier sync of this desired set found as declared, at the inventory record
+    // this one holds, whose resourceVersion has not moved since: not read, not planned.
+    let usable = req.verified.filter(|v| {
+        attempt == 0
+            && !fresh
+            && v.inventory_rv.is_some()
+            && v.inventory_rv == inventory.resource_version
+    });
+    let mut still: HashSet<&ObjectKey> = HashSet::new();
+    if let Some(v) = usable {
+        let (candidates, seen_at): (Vec<&ObjectKey>, Vec<u64>) = desired
+            .keys()
+            .filter_map(|k| v.entries.get(*k).map(|rv| (*k, *rv)))
+            .filter(|(k, _)| !contested.contains(*k))
+            .unzip();
+        if !candidates.is_empty() {
+            let now = store.versions(&candidates).await.map_err(Error::Store)?;
+            still = candidates
+                .into_iter()
+                .zip(seen_at)
+                .zip(now)
+                .filter(|((_, seen), now)| *now == store::Version::At(*seen))
+                .map(|((k, _), _)| k)
+                .collect();
+        }
+    }
     let keys: Vec<ObjectKey> = desired
         .keys()
         .chain(inventory_scoped.keys())
+        .filter(|k| !still.contains(**k))
         .map(|k| (*k).clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -602,9 +739,15 @@ async fn attempt_sync(
         prune_non_empty: req.options.prune_non_empty,
     };
     let mut plan = diff::plan(
-        desired.iter().map(|(k, o)| (*k, *o)),
+        desired
+            .iter()
+            .filter(|(k, _)| !still.contains(**k))
+            .map(|(k, o)| (*k, *o)),
         &live,
-        inventory_scoped.iter().map(|(k, o)| (*k, *o)),
+        inventory_scoped
+            .iter()
+            .filter(|(k, _)| !still.contains(**k))
+            .map(|(k, o)| (*k, *o)),
         options,
     );
 
@@ -752,6 +895,35 @@ async fn attempt_sync(
         || revision != inventory.revision
         || source != inventory.source
         || (req.scope.is_none() && writes_objects);
+    // What the next sync of this desired set may skip: the objects found as declared now (an
+    // object this sync claims by writing it is not among them), and those still unchanged.
+    let mut verified = VerifiedUpdate {
+        reset: usable.is_none(),
+        inventory_rv: inventory.resource_version,
+        moved: conflicts.keys().cloned().collect(),
+        found: Vec::new(),
+    };
+    let still_unchanged: BTreeSet<ObjectKey> = if still.is_empty() {
+        BTreeSet::new()
+    } else {
+        desired
+            .keys()
+            .filter(|k| still.contains(**k))
+            .map(|k| (*k).clone())
+            .collect()
+    };
+    for step in &plan.steps {
+        let found = live.get(&step.key).and_then(Object::resource_version);
+        if step.action == Action::Unchanged
+            && step.skipped.is_none()
+            && inventory.entries.contains_key(&step.key)
+            && let Some(rv) = found
+        {
+            verified.found.push((step.key.clone(), rv));
+        } else {
+            verified.moved.push(step.key.clone());
+        }
+    }
     if req.dry_run {
         return Ok(Outcome {
             plan,
@@ -762,6 +934,8 @@ async fn attempt_sync(
             inventory: fresh.then(|| inventory.clone()),
             retries: attempt,
             contested: contested.clone(),
+            still_unchanged,
+            verified,
         });
     }
     // What stays owned without being declared: a full sync says it anew; a scoped one keeps
@@ -781,20 +955,26 @@ async fn attempt_sync(
                 .collect(),
         }
     };
-    let mut after = inventory.entries.clone();
-    for (k, v) in &updates {
-        match v {
-            Some(o) => after.insert(k.clone(), o.clone()),
-            None => after.remove(k),
-        };
-    }
-    let retained = retained_after(&after);
+    // The entries after this sync: copied only when it changes them.
+    let after = (!updates.is_empty()).then(|| {
+        let mut after = inventory.entries.clone();
+        for (k, v) in &updates {
+            match v {
+                Some(o) => after.insert(k.clone(), o.clone()),
+                None => after.remove(k),
+            };
+        }
+        after
+    });
+    let retained = retained_after(after.as_ref().unwrap_or(&inventory.entries));
     let changed = changed || retained != inventory.retained;
     let next = changed.then(|| {
         let mut next = inventory.clone();
         next.revision = revision;
         next.source = source;
-        next.entries = after;
+        if let Some(after) = after {
+            next.entries = after;
+        }
         next.retained = retained;
         next
     });
@@ -891,6 +1071,9 @@ async fn attempt_sync(
             live_after.remove(&step.key);
         }
     }
+    if let Some(n) = &next {
+        verified.inventory_rv = n.resource_version;
+    }
     Ok(Outcome {
         plan,
         conflicts,
@@ -900,7 +1083,22 @@ async fn attempt_sync(
         inventory: next,
         retries: attempt,
         contested: contested.clone(),
+        still_unchanged,
+        verified,
     })
+}
+
+/// True when every key of `keys` (in ascending order) is a key of `map`: one walk of both in
+/// step, instead of a lookup per key.
+fn all_in<'a, V>(keys: impl Iterator<Item = &'a ObjectKey>, map: &BTreeMap<ObjectKey, V>) -> bool {
+    let mut there = map.keys().peekable();
+    for k in keys {
+        while there.next_if(|t| *t < k).is_some() {}
+        if there.next_if(|t| *t == k).is_none() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Commits `inventory` with the `creates` of `next` added, and their claims in the ownership
@@ -1061,6 +1259,7 @@ mod tests {
             dry_run: false,
             inventory: None,
             hold: None,
+            verified: None,
         }
     }
 
@@ -1575,6 +1774,136 @@ mod tests {
                 .unwrap()
                 .resource_version
         );
+    }
+
+    #[tokio::test]
+    async fn a_sync_given_what_the_last_found_as_declared_plans_only_what_moved() {
+        let store = MemoryStore::new();
+        let rev = Revision("r".into());
+        let desired = set(&[cm("a", "1"), cm("b", "1"), cm("c", "1"), cm("d", "1")]);
+        let keys: Vec<ObjectKey> = desired.keys().cloned().collect();
+        // Each sync is given the inventory and what the one before found as declared.
+        #[derive(Default)]
+        struct Kept {
+            inventory: Option<Inventory>,
+            verified: Option<Verified>,
+        }
+        let mut kept = Kept::default();
+        async fn pass(
+            store: &MemoryStore,
+            rev: &Revision,
+            desired: &BTreeMap<ObjectKey, Object>,
+            kept: &mut Kept,
+        ) -> Outcome {
+            let out = sync(
+                store,
+                &Request {
+                    inventory: kept.inventory.as_ref(),
+                    verified: kept.verified.as_ref(),
+                    ..req("app", rev, desired)
+                },
+            )
+            .await
+            .unwrap();
+            if let Some(i) = &out.inventory {
+                kept.inventory = Some(i.clone());
+            }
+            kept.verified
+                .get_or_insert_default()
+                .apply(out.verified.clone());
+            out
+        }
+        let run =
+            async |store: &MemoryStore, kept: &mut Kept| pass(store, &rev, &desired, kept).await;
+        // Created: nothing found as declared yet.
+        let first = run(&store, &mut kept).await;
+        assert_eq!(first.plan.summary().create, 4);
+        assert!(first.verified.found.is_empty());
+        // Planned whole, all as declared: remembered at their resourceVersions.
+        let second = run(&store, &mut kept).await;
+        assert_eq!(second.plan.steps.len(), 4);
+        assert_eq!(kept.verified.as_ref().map(Verified::len), Some(4));
+        // Out of band: b changed, c deleted. Only they are read and planned; b is reverted, c
+        // created again.
+        store
+            .commit(vec![
+                Write::Put {
+                    object: cm("b", "drift"),
+                    precondition: Precondition::Any,
+                },
+                Write::Delete {
+                    key: keys[2].clone(),
+                    precondition: Precondition::Any,
+                },
+            ])
+            .await
+            .unwrap();
+        let third = run(&store, &mut kept).await;
+        let planned: Vec<(&str, Action)> = third
+            .plan
+            .steps
+            .iter()
+            .map(|s| (s.key.name.as_str(), s.action))
+            .collect();
+        assert_eq!(planned, [("b", Action::Update), ("c", Action::Create)]);
+        assert_eq!(
+            third.still_unchanged,
+            [keys[0].clone(), keys[3].clone()].into()
+        );
+        assert_eq!(
+            store.get(&keys[1]).await.unwrap().unwrap().get("data"),
+            Some(&json!({"v": "1"}))
+        );
+        assert!(store.get(&keys[2]).await.unwrap().is_some());
+        // b and c were written, so they are planned once more, found as declared, and then
+        // nothing is planned at all.
+        let fourth = run(&store, &mut kept).await;
+        assert_eq!(fourth.plan.steps.len(), 2);
+        let fifth = run(&store, &mut kept).await;
+        assert!(fifth.plan.steps.is_empty());
+        assert_eq!(fifth.still_unchanged.len(), 4);
+        assert_eq!(fifth.plan.summary(), diff::Summary::default());
+        // So a sync has nothing to do, found without reading an object; not so for a part of
+        // the app, nor once an object moved.
+        let whole = async |kept: &Kept| -> bool {
+            let r = Request {
+                inventory: kept.inventory.as_ref(),
+                verified: kept.verified.as_ref(),
+                ..req("app", &rev, &desired)
+            };
+            nothing_moved(&store, &r).await.unwrap()
+        };
+        assert!(whole(&kept).await);
+        let scope: BTreeSet<ObjectKey> = [keys[0].clone()].into();
+        let part = Request {
+            inventory: kept.inventory.as_ref(),
+            verified: kept.verified.as_ref(),
+            scope: Some(&scope),
+            ..req("app", &rev, &desired)
+        };
+        assert!(!nothing_moved(&store, &part).await.unwrap());
+        let other = Revision("other".into());
+        let newer = Request {
+            inventory: kept.inventory.as_ref(),
+            verified: kept.verified.as_ref(),
+            ..req("app", &other, &desired)
+        };
+        assert!(!nothing_moved(&store, &newer).await.unwrap());
+        store
+            .commit(vec![Write::Put {
+                object: cm("d", "drift"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        assert!(!whole(&kept).await);
+        let moved = run(&store, &mut kept).await;
+        assert_eq!(moved.plan.summary().update, 1);
+        // Held for another inventory record (another process wrote it): not used.
+        kept.verified.as_mut().unwrap().inventory_rv = Some(u64::MAX);
+        let sixth = run(&store, &mut kept).await;
+        assert_eq!(sixth.plan.steps.len(), 4);
+        assert!(sixth.still_unchanged.is_empty());
     }
 
     #[tokio::test]

@@ -426,6 +426,39 @@ async fn check_listing(b: &Backend) {
         assert_eq!(a_rv, Some(b.at(1)), "{name}");
     }
     assert_eq!(s.version_of(&key("missing")).await.unwrap(), None);
+    // A record's version without reading it is the one a read gives.
+    let rec_key = Object::reserved("Inventory", "app", Default::default()).key();
+    let rec_rv = s.get(&rec_key).await.unwrap().unwrap().resource_version();
+    assert_eq!(s.version_of(&rec_key).await.unwrap(), rec_rv, "{name}");
+    // What `versions` tells without reading never contradicts a read: the object's own
+    // version, its absence, or "unknown" (only where a backend says it may not know: the
+    // watch cache of an API server, which knows the app's labelled objects once its watch
+    // has listed them).
+    let asked = [key("a"), key("missing"), c.stored[1].key()];
+    let refs: Vec<&driftless::object::ObjectKey> = asked.iter().collect();
+    // (An API server's watch cache is kept by the change feed, as in the agent.)
+    let _feed = s.watch(s.revision().await.unwrap()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let told = s.versions(&refs).await.unwrap();
+        assert_eq!(told.len(), asked.len(), "{name}");
+        for (k, v) in asked.iter().zip(&told) {
+            let read = s.get(k).await.unwrap().and_then(|o| o.resource_version());
+            match v {
+                store::Version::Unknown => assert!(!b.exact, "{name}: {k} unknown"),
+                store::Version::Absent => assert_eq!(read, None, "{name}: {k}"),
+                store::Version::At(rv) => assert_eq!(read, Some(*rv), "{name}: {k}"),
+            }
+        }
+        if told[0] == store::Version::At(a_rv.unwrap()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: the version of a labelled object is never told"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]

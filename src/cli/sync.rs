@@ -183,6 +183,7 @@ pub(super) async fn diff_cmd(
                 ignore: &ignore,
                 dry_run: true,
                 inventory: None,
+                verified: None,
                 hold: None,
             },
         )

@@ -510,6 +510,8 @@ struct AppLoop {
 
 impl AppLoop {
     async fn run(mut self) {
+        // No reconcile waits for the status record (see `status_writer`).
+        self.app.defer_status_writes();
         let mut gate = self.gate.take();
         if gate.is_none() {
             self.app.announce().await;
@@ -532,6 +534,8 @@ impl AppLoop {
             {
                 if holding {
                     tracing::warn!("This replica no longer holds the app; standing by");
+                    // What was pending is tried once (the holder writes from now on).
+                    self.app.finish().await;
                 }
                 self.latest.stand_by(self.app.name());
                 published = None;
@@ -548,6 +552,7 @@ impl AppLoop {
                     _ = coordinated_turns_true(&mut self.coordinated), if !known => continue,
                 }
                 tracing::info!("This replica holds the app now; taking it over");
+                self.app.defer_status_writes();
                 self.app.take_over().await;
                 self.app.announce().await;
                 holding = true;
@@ -606,6 +611,7 @@ impl AppLoop {
                 published = Some(self.app.status_changes());
             }
         }
+        self.app.finish().await;
         tracing::info!("Stopped");
     }
 

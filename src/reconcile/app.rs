@@ -65,6 +65,9 @@ pub struct App {
     applied: Option<Revision>,
     /// Keys this app cares about: declared in force, or in its inventory.
     owned: BTreeSet<ObjectKey>,
+    /// The desired set `owned` was last computed from with the inventory then held; `None`
+    /// when it must be computed again at the next full pass.
+    owned_from: Option<Arc<BTreeMap<ObjectKey, Object>>>,
     /// The app's inventory as of its last sync: change-feed syncs use it instead of reading
     /// and parsing the record again (a stale copy fails compare-and-swap and is re-read).
     inventory: Option<Inventory>,
@@ -80,7 +83,9 @@ pub struct App {
     /// Objects this app wrote, with the revision of the write: their change events are echoes.
     self_writes: HashMap<ObjectKey, u64>,
     status: AppStatus,
-    written: Option<AppStatus>,
+    written: Option<Arc<AppStatus>>,
+    /// In the running agent: writes the status record off the reconcile path.
+    status_writer: Option<super::status_writer::StatusWriter>,
     /// How many times the status differed from the record written (whether or not the write
     /// took): lets a watcher copy the status only when it changed.
     status_changes: u64,
@@ -115,6 +120,9 @@ pub struct App {
     render: Render,
     /// With `source.verify`: the keys a commit must be signed by to be applied.
     signers: Option<Arc<source::Trust>>,
+    /// What the last sync of the desired set in force found as declared (the set it holds
+    /// for, by identity): the next pass skips what has not moved since ([`sync::Verified`]).
+    verified: Option<(Arc<BTreeMap<ObjectKey, Object>>, sync::Verified)>,
 }
 
 /// How a resource's message starts after a revert that named who changed the object.
@@ -182,6 +190,7 @@ impl App {
         let render = Render::for_app(&cfg);
         Ok(Self {
             owned: inventory.entries.keys().cloned().collect(),
+            owned_from: None,
             applied: inventory.revision.clone(),
             inventory: Some(inventory.clone()),
             last_attempted: status.last_attempted_revision.clone().map(Revision),
@@ -200,7 +209,7 @@ impl App {
             prune_blocked: None,
             self_writes: HashMap::new(),
             status,
-            written,
+            written: written.map(Arc::new),
             status_changes: 0,
             backoff,
             source_message: None,
@@ -218,6 +227,8 @@ impl App {
             },
             render,
             signers: None,
+            verified: None,
+            status_writer: None,
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
@@ -236,6 +247,24 @@ impl App {
     pub fn with_health_rules(mut self, rules: health::CustomRules) -> Self {
         self.health_rules = rules;
         self
+    }
+
+    /// Writes the status record from a task of its own (the running agent), so that no
+    /// reconcile waits for it; see [`super::status_writer`]. Call [`App::finish`] before
+    /// the process ends. Needs a Tokio runtime.
+    pub fn defer_status_writes(&mut self) {
+        if self.status_writer.is_none() {
+            self.status_writer = Some(super::status_writer::StatusWriter::spawn(
+                self.store.clone(),
+            ));
+        }
+    }
+
+    /// Writes what status is pending (deferred writes), then stops writing from a task.
+    pub async fn finish(&mut self) {
+        if let Some(w) = self.status_writer.take() {
+            w.finish().await;
+        }
     }
 
     /// Abandons a fetch in progress when `stop` becomes true.
@@ -313,6 +342,7 @@ impl App {
                 }
                 self.applied = inv.revision.clone();
                 self.owned.extend(inv.entries.keys().cloned());
+                self.owned_from = None;
                 self.inventory = Some(inv);
             }
             Err(e) => {
@@ -338,6 +368,7 @@ impl App {
                 });
                 self.applied = inv.revision.clone();
                 self.owned = inv.entries.keys().cloned().collect();
+                self.owned_from = None;
                 self.inventory = Some(inv);
             }
             Err(e) => {
@@ -346,7 +377,7 @@ impl App {
             }
         }
         match status::read(self.store.as_ref(), self.name()).await {
-            Ok(written) => self.written = written,
+            Ok(written) => self.written = written.map(Arc::new),
             Err(e) => tracing::warn!(error = %error_chain(&e), "Cannot read the status record"),
         }
         self.self_writes.clear();
@@ -987,12 +1018,25 @@ impl App {
             dry_run,
             inventory: self.inventory.as_ref(),
             hold: hold.as_ref(),
+            verified: self
+                .verified
+                .as_ref()
+                .filter(|(d, _)| !reverting && Arc::ptr_eq(d, &in_force.desired))
+                .map(|(_, v)| v),
         };
+        // The periodic pass of a running agent over objects that have not moved since they
+        // were last found as declared: nothing to read, plan or write.
+        if let Ok(true) = sync::nothing_moved(self.store.as_ref(), &request).await {
+            self.sync_error = None;
+            report.summary.unchanged = in_force.desired.len();
+            report.detect_only = dry_run && !self.dry_run;
+            return Ok(());
+        }
         let outcome = {
             let _claim = self.claim.lock().await;
             sync::sync(self.store.as_ref(), &request).await
         };
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Ok(o) => o,
             Err(sync::Error::Superseded { found, .. }) => {
                 tracing::info!(revision = %found.as_ref().map_or("(none)", Revision::short), "Another process applied a revision meanwhile; adopting it and fetching again before applying");
@@ -1007,7 +1051,19 @@ impl App {
             }
         };
         self.sync_error = None;
+        if !reverting {
+            let update = std::mem::take(&mut outcome.verified);
+            match &mut self.verified {
+                Some((d, v)) if Arc::ptr_eq(d, &in_force.desired) => v.apply(update),
+                _ => {
+                    let mut v = sync::Verified::default();
+                    v.apply(update);
+                    self.verified = Some((in_force.desired.clone(), v));
+                }
+            }
+        }
         report.summary = outcome.plan.summary();
+        report.summary.unchanged += outcome.still_unchanged.len();
         report.detect_only = dry_run && !self.dry_run;
         report.committed_revision = outcome.committed_revision;
         if self.dry_run {
@@ -1101,6 +1157,7 @@ impl App {
         self.record_resources(&in_force, scope, &outcome, dry_run)
             .await;
         if let Some(inventory) = outcome.inventory {
+            self.owned_from = None;
             if !dry_run {
                 if new_revision && inventory.revision.is_some() {
                     // A new revision starts its own progress clock.
@@ -1110,13 +1167,20 @@ impl App {
             }
             self.inventory = Some(inventory);
         }
-        if scope.is_none() || self.owned.is_empty() {
+        // Computed again when what it comes from changed (a full pass of the same desired set
+        // and inventory would give the same set).
+        let current = self
+            .owned_from
+            .as_ref()
+            .is_some_and(|d| Arc::ptr_eq(d, &in_force.desired));
+        if (scope.is_none() && !current) || self.owned.is_empty() {
             self.owned = in_force
                 .desired
                 .keys()
                 .chain(self.inventory.iter().flat_map(|i| i.entries.keys()))
                 .cloned()
                 .collect();
+            self.owned_from = Some(in_force.desired.clone());
         }
         Ok(())
     }
@@ -1147,6 +1211,7 @@ impl App {
                 .or(live)
                 .map_or(String::new(), |o| o.version().to_string())
         };
+        // Objects still as declared since their last look keep their status as it was.
         let mut seen = BTreeSet::new();
         for step in &outcome.plan.steps {
             seen.insert(step.key.clone());
@@ -1231,7 +1296,8 @@ impl App {
         match scope {
             None => {
                 let before = self.resources.len();
-                self.resources.retain(|k, _| seen.contains(k));
+                self.resources
+                    .retain(|k, _| seen.contains(k) || outcome.still_unchanged.contains(k));
                 self.resources_dirty |= self.resources.len() != before;
                 self.conflicts = outcome.conflicts.clone();
                 self.prune_blocked = outcome
@@ -1242,7 +1308,7 @@ impl App {
             }
             Some(keys) => {
                 for k in keys {
-                    if !seen.contains(k) {
+                    if !seen.contains(k) && !outcome.still_unchanged.contains(k) {
                         self.remove_resource(k);
                     }
                     self.conflicts.remove(k);
@@ -1420,9 +1486,20 @@ impl App {
             return;
         }
         self.status_changes += 1;
-        match status::write(self.store.as_ref(), &self.status).await {
+        let status = Arc::new(self.status.clone());
+        if let Some(w) = &self.status_writer {
+            let summary_changed = self
+                .written
+                .as_ref()
+                .is_none_or(|w| !same_except_resources(w, &self.status));
+            w.send(status.clone(), summary_changed);
+            self.written = Some(status);
+            self.resources_dirty = false;
+            return;
+        }
+        match status::write(self.store.as_ref(), &status).await {
             Ok(()) => {
-                self.written = Some(self.status.clone());
+                self.written = Some(status);
                 self.resources_dirty = false;
             }
             Err(e) => {

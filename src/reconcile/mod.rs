@@ -27,6 +27,7 @@ mod backoff;
 mod conditions;
 mod preview;
 mod revision;
+mod status_writer;
 
 pub use agent::{Agent, Gate, Handle, Latest, Readiness};
 pub use app::App;

@@ -393,6 +393,7 @@ impl Previews {
                 },
                 dry_run: false,
                 inventory: Some(&inventory),
+                verified: None,
                 hold: None,
             };
             let outcome = {
@@ -570,6 +571,7 @@ impl Previews {
             },
             dry_run: true,
             inventory: Some(base),
+            verified: None,
             hold: None,
         };
         let outcome = sync::sync(self.store.as_ref(), &request)
@@ -717,6 +719,7 @@ impl Previews {
             },
             dry_run: false,
             inventory: Some(&inventory),
+            verified: None,
             hold: None,
         };
         let outcome = {

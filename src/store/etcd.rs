@@ -397,6 +397,16 @@ impl EtcdStore {
     /// Reads `keys` (etcd keys) in transactions of at most `max_txn_ops` reads, all at one
     /// revision: the first chunk's. Returns the revision and what exists.
     async fn read_keys(&self, op: &'static str, keys: &[String]) -> Result<(i64, Vec<KeyValue>)> {
+        self.read_keys_with(op, keys, false).await
+    }
+
+    /// [`Self::read_keys`], without the values when `keys_only`.
+    async fn read_keys_with(
+        &self,
+        op: &'static str,
+        keys: &[String],
+        keys_only: bool,
+    ) -> Result<(i64, Vec<KeyValue>)> {
         let mut kv = self.kv();
         let mut revision = 0i64;
         let mut found = Vec::new();
@@ -405,6 +415,7 @@ impl EtcdStore {
                 .iter()
                 .map(|k| {
                     let o = GetOptions::new();
+                    let o = if keys_only { o.with_keys_only() } else { o };
                     let o = if revision > 0 {
                         o.with_revision(revision)
                     } else {
@@ -812,6 +823,19 @@ impl Store for EtcdStore {
             )
             .await?;
         Ok(resp.kvs().first().map(|kvp| kvp.mod_revision() as u64))
+    }
+
+    async fn versions(&self, keys: &[&ObjectKey]) -> Result<Vec<super::Version>> {
+        let raw: Vec<String> = keys.iter().map(|k| self.key_of(k)).collect::<Result<_>>()?;
+        let (_, found) = self.read_keys_with("versions", &raw, true).await?;
+        let found: std::collections::HashMap<&[u8], u64> = found
+            .iter()
+            .map(|kvp| (kvp.key(), kvp.mod_revision() as u64))
+            .collect();
+        Ok(raw
+            .iter()
+            .map(|k| super::Version::from_lookup(found.get(k.as_bytes()).copied()))
+            .collect())
     }
 
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {

@@ -91,6 +91,18 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn versions(&self, keys: &[&ObjectKey]) -> Result<Vec<super::Version>> {
+        let inner = self.lock()?;
+        Ok(keys
+            .iter()
+            .map(|k| {
+                super::Version::from_lookup(
+                    inner.objects.get(*k).and_then(Object::resource_version),
+                )
+            })
+            .collect())
+    }
+
     async fn list(&self, selector: &Selector) -> Result<Listing> {
         let inner = self.lock()?;
         let objects = inner

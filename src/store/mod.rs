@@ -291,6 +291,24 @@ pub struct Event {
     pub deleted: bool,
 }
 
+/// What [`Store::versions`] can tell of an object without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// Not known: read it.
+    Unknown,
+    /// Known to be absent.
+    Absent,
+    /// It exists at this resourceVersion.
+    At(u64),
+}
+
+impl Version {
+    /// From a version lookup: `Some(rv)` exists, `None` absent.
+    pub fn from_lookup(rv: Option<u64>) -> Self {
+        rv.map_or(Self::Absent, Self::At)
+    }
+}
+
 /// An item of a watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchItem {
@@ -333,6 +351,19 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// [`Error::Backend`] or [`Error::Corrupt`]. A partial read is never returned.
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing>;
+
+    /// The resourceVersion of each of `keys` (one [`Version`] per key, in order) as far as
+    /// this store can tell without reading and decoding the bodies (an index lookup, a
+    /// keys-only read, a watch cache). A sync uses it to skip reading and planning the objects
+    /// whose resourceVersion has not moved since it last found them as declared
+    /// ([`crate::sync::Verified`]). The default knows nothing ([`Version::Unknown`] for all).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`].
+    async fn versions(&self, keys: &[&ObjectKey]) -> Result<Vec<Version>> {
+        Ok(vec![Version::Unknown; keys.len()])
+    }
 
     /// Every object the selector matches, read at one revision. A record whose stored value is
     /// not a valid object is named in [`Listing::unreadable`], not returned as an error.

@@ -8,6 +8,7 @@
 //! ordinary writer. The change feed polls `PRAGMA data_version` (a cheap counter that moves when
 //! another connection commits) and reads the change log only when it moved.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -350,6 +351,72 @@ impl Store for SqliteStore {
         let key = key.clone();
         self.with_conn("version_of", move |c| read_rev(c, &key, "version_of"))
             .await
+    }
+
+    async fn versions(&self, keys: &[&ObjectKey]) -> Result<Vec<super::Version>> {
+        // By (group, kind, namespace): one indexed range scan of the key columns (the primary
+        // key's prefix) for a large group, one lookup per key for a small one; no bodies read;
+        // one read transaction, so one revision.
+        let mut groups: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            groups
+                .entry((&k.group, &k.kind, &k.namespace))
+                .or_default()
+                .push(i);
+        }
+        let asks: Vec<(String, String, String, Option<Vec<String>>)> = groups
+            .iter()
+            .map(|((g, k, n), idx)| {
+                let names =
+                    (idx.len() < 32).then(|| idx.iter().map(|i| keys[*i].name.clone()).collect());
+                (g.to_string(), k.to_string(), n.to_string(), names)
+            })
+            .collect();
+        let answers: Vec<HashMap<String, u64>> = self
+            .with_conn("versions", move |c| {
+                let tx = c.transaction().map_err(backend("versions"))?;
+                let mut out = Vec::new();
+                for (grp, kind, ns, names) in asks {
+                    let mut found = HashMap::new();
+                    match names {
+                        Some(names) => {
+                            for name in names {
+                                let key = ObjectKey::new(&grp, &kind, &ns, &name);
+                                if let Some(rv) = read_rev(&tx, &key, "versions")? {
+                                    found.insert(name, rv);
+                                }
+                            }
+                        }
+                        None => {
+                            let mut stmt = tx
+                                .prepare_cached(
+                                    "SELECT name, rev FROM objects \
+                                     WHERE grp = ?1 AND kind = ?2 AND ns = ?3",
+                                )
+                                .map_err(backend("versions"))?;
+                            let rows = stmt
+                                .query_map(params![grp, kind, ns], |r| {
+                                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                                })
+                                .map_err(backend("versions"))?;
+                            for row in rows {
+                                let (name, rv) = row.map_err(backend("versions"))?;
+                                found.insert(name, rv);
+                            }
+                        }
+                    }
+                    out.push(found);
+                }
+                Ok(out)
+            })
+            .await?;
+        let mut out = vec![super::Version::Absent; keys.len()];
+        for (idx, found) in groups.values().zip(&answers) {
+            for i in idx {
+                out[*i] = super::Version::from_lookup(found.get(&keys[*i].name).copied());
+            }
+        }
+        Ok(out)
     }
 
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {

@@ -47,6 +47,16 @@ impl Cache {
         kind.objects.get(&name_of(key)).cloned()
     }
 
+    /// The resourceVersion of the cached object of `key`, when its kind's watch runs and
+    /// holds it (no copy of the object is made).
+    pub(super) fn version(&self, key: &ObjectKey) -> Option<u64> {
+        let kinds = self.kinds.lock().expect("cache lock");
+        let kind = kinds.get(&kind_of(key)).filter(|k| k.synced)?;
+        kind.objects
+            .get(&name_of(key))
+            .and_then(Object::resource_version)
+    }
+
     /// Replaces a kind's objects with a listing's: the kind is synced from now on.
     pub(super) fn replace(&self, kind: Kind, objects: Vec<Object>) {
         let mut kinds = self.kinds.lock().expect("cache lock");

@@ -649,10 +649,35 @@ impl Store for KubeStore {
     }
 
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        if key.is_reserved() {
+            return self.record_version(key).await;
+        }
         Ok(self
             .get_object(key)
             .await?
             .and_then(|o| o.resource_version()))
+    }
+
+    /// From the watch cache only: the objects it holds (labelled, of a kind whose watch
+    /// runs). The rest are left out, to be read.
+    async fn versions(&self, keys: &[&ObjectKey]) -> Result<Vec<crate::store::Version>> {
+        let mut watched: Option<(&str, &str)> = None;
+        Ok(keys
+            .iter()
+            .map(|k| {
+                if k.is_reserved() {
+                    return crate::store::Version::Unknown;
+                }
+                if watched != Some((k.group.as_str(), k.kind.as_str())) {
+                    self.watch_kind(&k.group, &k.kind);
+                    watched = Some((k.group.as_str(), k.kind.as_str()));
+                }
+                self.inner
+                    .cache
+                    .version(k)
+                    .map_or(crate::store::Version::Unknown, crate::store::Version::At)
+            })
+            .collect())
     }
 
     async fn get_many(&self, keys: &[ObjectKey]) -> Result<Listing> {

@@ -270,6 +270,20 @@ impl KubeStore {
         }
     }
 
+    /// The resourceVersion of one record (its pointer's), read as metadata only: neither the
+    /// pointer's data nor its shards are transferred. `None` when there is no such record.
+    pub(super) async fn record_version(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        let meta = self
+            .records()
+            .get_metadata_opt(&pointer_name(key))
+            .await
+            .map_err(|e| backend("get", e))?;
+        match meta {
+            Some(m) => parse_rv(m.metadata.resource_version.as_deref()),
+            None => Ok(None),
+        }
+    }
+
     /// The record a pointer ConfigMap holds, with the pointer's resourceVersion.
     ///
     /// # Errors
