@@ -752,8 +752,12 @@ async fn attempt_sync(
     );
 
     // A backend that normalizes what it stores (Kubernetes) confirms each suspect: a value
-    // written another way (`0.5` CPU for `500m`) or a default it fills in is not drift.
-    if store.promises().server_side_apply {
+    // written another way (`0.5` CPU for `500m`) or a default it fills in is not drift. A
+    // whole-app pass confirms with a dry run before writing anything; a change-feed pass (a
+    // revert, where every round trip is latency) applies the suspect at once, and an apply the
+    // server found nothing to change in is taken back below as "unchanged".
+    let confirm_first = req.scope.is_none();
+    if store.promises().server_side_apply && confirm_first {
         for step in plan.steps.iter_mut().filter(|s| s.action == Action::Update) {
             let (Some(declared), Some(live)) = (desired.get(&step.key), step.live.as_ref()) else {
                 continue;
@@ -1069,6 +1073,23 @@ async fn attempt_sync(
     for step in &plan.steps {
         if step.action == Action::Delete && step.skipped.is_none() {
             live_after.remove(&step.key);
+        }
+    }
+    if store.promises().server_side_apply && !confirm_first {
+        for step in plan
+            .steps
+            .iter_mut()
+            .filter(|s| s.action == Action::Update && s.skipped.is_none())
+        {
+            let before = step.live.as_ref().and_then(Object::resource_version);
+            let after = live_after.get(&step.key).and_then(Object::resource_version);
+            if before.is_some() && before == after {
+                written.retain(|(k, _)| *k != step.key);
+                step.action = Action::Unchanged;
+                step.target = None;
+                step.live = None;
+                step.changes.clear();
+            }
         }
     }
     if let Some(n) = &next {

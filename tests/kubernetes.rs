@@ -772,6 +772,93 @@ async fn defaulted_and_normalized_kinds_are_not_drift_and_passes_write_nothing()
     assert_eq!(agent.status().await["sync"], "Synced");
 }
 
+/// A value the API server writes another way than Git, where the comparison does not know it
+/// (an `emptyDir.sizeLimit` of `1024Mi`, stored as `1Gi`), is a suspect each time the object
+/// changes. A periodic pass confirms it with a dry run; a change-feed pass applies at once
+/// (one round trip for a real revert) and, when the server changed nothing, counts no drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspect_the_server_normalizes_is_applied_from_the_feed_and_never_counted_as_drift() {
+    let cp = ControlPlane::start().await;
+    let client = cp.client().await;
+    let repo = common::GitRepo::new();
+    repo.write(
+        "app/web.yaml",
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx, volumeMounts: [{name: cache, mountPath: /cache}]}]
+      volumes: [{name: cache, emptyDir: {sizeLimit: 1024Mi}}]
+",
+    );
+    repo.commit("web");
+    // Only the first pass is periodic: what follows comes from the change feed.
+    let agent = Agent::start(&cp, &repo, "1h");
+    agent.wait_synced(60).await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), "default");
+    let live = deployments.get("web").await.unwrap();
+    let live = serde_json::to_value(&live).unwrap();
+    assert_eq!(
+        live.pointer("/spec/template/spec/volumes/0/emptyDir/sizeLimit"),
+        Some(&json!("1Gi")),
+        "the server writes it its own way"
+    );
+    let suspected = agent.log().matches("Drift suspected").count();
+    let passes = || async {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", agent.port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("driftless_reconcile_duration_seconds_count{app=\"guestbook\"} ")
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let passes_before = passes().await;
+    // Another manager labels the Deployment: the change feed brings it back to the agent.
+    let labelled = deployments
+        .patch(
+            "web",
+            &PatchParams::apply("kubectl-label").force(),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "labels": {"team": "web"}}})),
+        )
+        .await
+        .unwrap();
+    let rv = labelled.metadata.resource_version.clone();
+    agent
+        .wait("a change-feed pass", 30, || async {
+            passes().await > passes_before
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = deployments.get("web").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        rv,
+        "nothing written:\n{}",
+        agent.log()
+    );
+    assert_eq!(after.metadata.labels.as_ref().unwrap()["team"], "web");
+    let log = agent.log();
+    assert!(!log.contains("Drift reverted"), "no drift counted:\n{log}");
+    assert_eq!(
+        log.matches("Drift suspected").count(),
+        suspected,
+        "no dry run from the feed:\n{log}"
+    );
+    assert_eq!(agent.status().await["sync"], "Synced");
+}
+
 /// Objects that exist before the app declares them: one that already matches Git is adopted;
 /// one that differs, and one Argo CD tracks, are reported as conflicts and left as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,14 +67,14 @@ struct Published {
 }
 
 impl Latest {
-    fn publish(&self, status: &crate::status::AppStatus) {
+    fn publish(&self, status: Arc<crate::status::AppStatus>) {
         self.statuses
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(
                 status.name.clone(),
                 Published {
-                    status: Arc::new(status.clone()),
+                    status,
                     running: true,
                 },
             );
@@ -607,7 +607,7 @@ impl AppLoop {
             self.readiness.done(self.app.name());
             // Copy the status (it holds every object) only when it changed.
             if published != Some(self.app.status_changes()) {
-                self.latest.publish(self.app.status());
+                self.latest.publish(self.app.status_snapshot());
                 published = Some(self.app.status_changes());
             }
         }

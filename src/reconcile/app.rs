@@ -84,6 +84,8 @@ pub struct App {
     self_writes: HashMap<ObjectKey, u64>,
     status: AppStatus,
     written: Option<Arc<AppStatus>>,
+    /// The status as of the last change counted, shared ([`App::status_snapshot`]).
+    snapshot: Option<Arc<AppStatus>>,
     /// In the running agent: writes the status record off the reconcile path.
     status_writer: Option<super::status_writer::StatusWriter>,
     /// How many times the status differed from the record written (whether or not the write
@@ -229,6 +231,7 @@ impl App {
             signers: None,
             verified: None,
             status_writer: None,
+            snapshot: None,
             reporter: None,
             metrics: None,
             health_rules: health::CustomRules::none(),
@@ -302,6 +305,15 @@ impl App {
     /// The status as last computed.
     pub fn status(&self) -> &AppStatus {
         &self.status
+    }
+
+    /// A shared copy of the status as of the last [`App::status_changes`] count (the one
+    /// handed to the record's writer): publishing it copies nothing.
+    pub fn status_snapshot(&self) -> Arc<AppStatus> {
+        match &self.snapshot {
+            Some(s) => s.clone(),
+            None => Arc::new(self.status.clone()),
+        }
     }
 
     /// A counter that moves whenever the computed status differs from the record written
@@ -1487,6 +1499,7 @@ impl App {
         }
         self.status_changes += 1;
         let status = Arc::new(self.status.clone());
+        self.snapshot = Some(status.clone());
         if let Some(w) = &self.status_writer {
             let summary_changed = self
                 .written

@@ -348,7 +348,14 @@ impl KubeStore {
         if let Some(Value::Object(meta)) = body.get_mut("metadata") {
             meta.remove("resourceVersion");
         }
-        let text = serde_json::to_string(&body).map_err(|e| backend("commit", e))?;
+        // Encoding a large record (an app status of 10,000 objects is a few MB) is CPU work:
+        // off the async workers, which carry the reverts.
+        let laid_out = tokio::task::spawn_blocking(move || {
+            serde_json::to_string(&body).map(|text| layout(text, INLINE_MAX, PIECE_MAX))
+        })
+        .await
+        .map_err(|e| backend("commit", e))?
+        .map_err(|e| backend("commit", e))?;
         let key_json = serde_json::to_string(key).map_err(|e| backend("commit", e))?;
         let mut cm = json!({
             "apiVersion": "v1",
@@ -363,7 +370,7 @@ impl KubeStore {
         let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
         let mut created = Vec::new();
         let mut keep = None;
-        match layout(text, INLINE_MAX, PIECE_MAX) {
+        match laid_out {
             Layout::Inline(text) => cm["data"] = json!({INLINE_KEY: text}),
             Layout::Compressed(gz) => cm["binaryData"] = json!({COMPRESSED_KEY: b64(&gz)}),
             Layout::Sharded(index, pieces) => {
@@ -407,7 +414,16 @@ impl KubeStore {
             Err(_) => self.delete_shards(&name, &created).await,
         }
         let stored = written?;
-        self.record_from(key, &stored).await
+        // What was written, at the pointer's resourceVersion (not read back: the shards of a
+        // large record would be read, unpacked and parsed again for nothing).
+        let mut out = object;
+        let rv = parse_rv(stored.metadata.resource_version.as_deref())?;
+        let meta = out.metadata_mut();
+        match rv {
+            Some(rv) => meta.insert("resourceVersion".into(), Value::String(rv.to_string())),
+            None => meta.remove("resourceVersion"),
+        };
+        Ok(out)
     }
 
     /// Replaces (or creates, or applies) a pointer ConfigMap under `precondition`.
