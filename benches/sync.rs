@@ -678,14 +678,18 @@ fn measure(
 
     // Drift-revert latency with the agent running.
     let dir = last_cfg.parent().unwrap().to_path_buf();
+    // Outside the bench's temporary directory, so that it outlives a failed run.
+    let agent_log = std::env::temp_dir().join(format!("driftless-bench-{tag}-agent.log"));
     let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
         .arg("-c")
         .arg(&last_cfg)
         .arg("run")
+        .env("RUST_LOG", "info,driftless=debug")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&agent_log).unwrap())
         .spawn()
         .expect("agent starts");
+    eprintln!("the agent logs to {}", agent_log.display());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -743,6 +747,22 @@ fn measure(
         .arg(agent.id().to_string())
         .status();
     let _ = wait_rusage(agent.id());
+    // The latency floor on an API server: the same changes reverted by the plainest client
+    // (one watch of the namespace's ConfigMaps, one forced apply of the original data per
+    // change), in the same run, the agent stopped.
+    #[allow(unused_mut)]
+    let mut revert_floor: Option<Vec<Duration>> = None;
+    #[cfg(feature = "kubernetes")]
+    if let Backend::Kubernetes { kubeconfig } = backend {
+        let ns = backend.namespace(&last_run);
+        revert_floor = Some(rt.block_on(async {
+            let editor = backend.open_editor(&dir, &last_run).await;
+            let reverter = plain_reverter(kubeconfig, &ns).await;
+            let l = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 2).await;
+            reverter.abort();
+            l
+        }));
+    }
     let drift_med = median(&mut latencies);
     let drift_p99 = percentile(&mut latencies, 0.99);
     let loaded_med = median(&mut loaded);
@@ -756,7 +776,60 @@ fn measure(
         [cold_rss, noop_rss, agent_rss],
         [drift_med, drift_p99, loaded_med, loaded_p99],
         page_rate,
+        revert_floor.map(|mut l| [median(&mut l), percentile(&mut l, 0.99)]),
     );
+}
+
+/// A client that reverts every change to the namespace's ConfigMaps' `data` as plainly as an
+/// API server allows: it lists them, watches from there, and answers each modification that
+/// differs from what it listed with a forced server-side apply of the listed data (field
+/// manager `floor-reverter`). No plan, no records, no status: the floor of drift latency.
+#[cfg(feature = "kubernetes")]
+async fn plain_reverter(kubeconfig: &Path, ns: &str) -> tokio::task::JoinHandle<()> {
+    use futures_util::StreamExt as _;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use tracing::Instrument as _;
+    let client = common::kube::client_from(kubeconfig).await;
+    let cms: kube::Api<ConfigMap> = kube::Api::namespaced(client, ns);
+    let list = cms.list(&Default::default()).await.unwrap();
+    let from = list.metadata.resource_version.clone().unwrap_or_default();
+    let original: std::collections::HashMap<String, serde_json::Value> = list
+        .items
+        .iter()
+        .map(|c| {
+            (
+                c.metadata.name.clone().unwrap_or_default(),
+                serde_json::to_value(&c.data).unwrap(),
+            )
+        })
+        .collect();
+    tokio::spawn(
+        async move {
+            let params = kube::api::PatchParams::apply("floor-reverter").force();
+            let mut events = cms
+                .watch(&kube::api::WatchParams::default(), &from)
+                .await
+                .unwrap()
+                .boxed();
+            while let Some(Ok(event)) = events.next().await {
+                let kube::api::WatchEvent::Modified(cm) = event else {
+                    continue;
+                };
+                let name = cm.metadata.name.clone().unwrap_or_default();
+                let Some(want) = original.get(&name) else {
+                    continue;
+                };
+                if serde_json::to_value(&cm.data).unwrap() != *want {
+                    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name}, "data": want});
+                    let _ = cms
+                        .patch(&name, &params, &kube::api::Patch::Apply(body))
+                        .await;
+                }
+            }
+        }
+        .instrument(tracing::info_span!("plain_reverter")),
+    )
 }
 
 /// Writes one ConfigMap out of band `changes` times (`round` varies the choice) and measures
@@ -826,6 +899,7 @@ fn report(
     [cold_rss, noop_rss, agent_rss]: [u64; 3],
     [drift_med, drift_p99, loaded_med, loaded_p99]: [Duration; 4],
     page_rate: f64,
+    revert_floor: Option<[Duration; 2]>,
 ) {
     let ratio = |d: Duration| format!("{:.1}x", d.as_secs_f64() / floor_med.as_secs_f64());
     println!();
@@ -857,6 +931,16 @@ fn report(
         ms(agent_noop_med),
         ratio(agent_noop_med)
     );
+    if let Some([med, p99]) = revert_floor {
+        println!(
+            "| floor: drift reverted by a plain client (one watch, one forced apply per change), median | {} | | |",
+            ms(med)
+        );
+        println!(
+            "| floor: drift reverted by a plain client, p99 | {} | | |",
+            ms(p99)
+        );
+    }
     println!("| drift-revert latency, median | {} | | |", ms(drift_med));
     println!("| drift-revert latency, p99 | {} | | |", ms(drift_p99));
     println!(
