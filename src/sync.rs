@@ -753,12 +753,25 @@ async fn attempt_sync(
 
     // A backend that normalizes what it stores (Kubernetes) confirms each suspect: a value
     // written another way (`0.5` CPU for `500m`) or a default it fills in is not drift. A
-    // whole-app pass confirms with a dry run before writing anything; a change-feed pass (a
-    // revert, where every round trip is latency) applies the suspect at once, and an apply the
-    // server found nothing to change in is taken back below as "unchanged".
-    let confirm_first = req.scope.is_none();
-    if store.promises().server_side_apply && confirm_first {
+    // whole-app pass confirms every suspect with a dry run before writing anything. A
+    // change-feed pass (a revert, where every round trip is latency) applies at once a suspect
+    // whose differing fields another manager wrote (`managedFields` names it: someone changed
+    // them); one whose fields only this store's manager owns is confirmed first, since an
+    // apply of a value the server writes another way still writes (its managedFields time).
+    let ours: Vec<&str> = store.field_manager().into_iter().collect();
+    let confirm_first = |step: &diff::Step| {
+        req.scope.is_none()
+            || step.live.as_ref().is_none_or(|live| {
+                step.changes
+                    .iter()
+                    .all(|c| diff::who_changed(live, &c.path, &ours).is_none())
+            })
+    };
+    if store.promises().server_side_apply {
         for step in plan.steps.iter_mut().filter(|s| s.action == Action::Update) {
+            if !confirm_first(step) {
+                continue;
+            }
             let (Some(declared), Some(live)) = (desired.get(&step.key), step.live.as_ref()) else {
                 continue;
             };
@@ -1075,7 +1088,9 @@ async fn attempt_sync(
             live_after.remove(&step.key);
         }
     }
-    if store.promises().server_side_apply && !confirm_first {
+    // A suspect applied at once that the server found nothing to change in (it kept the
+    // resourceVersion) was no drift.
+    if store.promises().server_side_apply && req.scope.is_some() {
         for step in plan
             .steps
             .iter_mut()

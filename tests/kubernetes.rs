@@ -774,10 +774,12 @@ async fn defaulted_and_normalized_kinds_are_not_drift_and_passes_write_nothing()
 
 /// A value the API server writes another way than Git, where the comparison does not know it
 /// (an `emptyDir.sizeLimit` of `1024Mi`, stored as `1Gi`), is a suspect each time the object
-/// changes. A periodic pass confirms it with a dry run; a change-feed pass applies at once
-/// (one round trip for a real revert) and, when the server changed nothing, counts no drift.
+/// changes: a field only driftless manages is confirmed by a dry run, not applied (an apply
+/// would write, if only the managedFields time), and is no drift. A field another manager
+/// wrote is drift for sure: the change-feed pass applies at once, with no dry run first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_suspect_the_server_normalizes_is_applied_from_the_feed_and_never_counted_as_drift() {
+async fn a_suspect_only_driftless_manages_is_confirmed_and_a_field_another_manager_wrote_applied_at_once()
+ {
     let cp = ControlPlane::start().await;
     let client = cp.client().await;
     let repo = common::GitRepo::new();
@@ -851,12 +853,40 @@ spec:
     assert_eq!(after.metadata.labels.as_ref().unwrap()["team"], "web");
     let log = agent.log();
     assert!(!log.contains("Drift reverted"), "no drift counted:\n{log}");
+    let suspected_now = log.matches("Drift suspected").count();
+    assert!(suspected_now > suspected, "confirmed by a dry run:\n{log}");
+    assert_eq!(agent.status().await["sync"], "Synced");
+    // Another manager changes the image: reverted, without a dry run.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::apply("kubectl-edit").force(),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web"}, "spec": {"template": {"spec": {"containers": [
+                    {"name": "web", "image": "nginx:edited"}]}}}})),
+        )
+        .await
+        .unwrap();
+    agent
+        .wait("the revert", 30, || async {
+            agent.log().contains("Drift reverted")
+        })
+        .await;
+    let image = |d: &k8s_openapi::api::apps::v1::Deployment| {
+        serde_json::to_value(d).unwrap()["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone()
+    };
+    assert_eq!(
+        image(&deployments.get("web").await.unwrap()),
+        json!("nginx")
+    );
+    let log = agent.log();
+    assert!(log.contains("changed_by=kubectl-edit"), "{log}");
     assert_eq!(
         log.matches("Drift suspected").count(),
-        suspected,
-        "no dry run from the feed:\n{log}"
+        suspected_now,
+        "no dry run before a revert of another manager's change:\n{log}"
     );
-    assert_eq!(agent.status().await["sync"], "Synced");
 }
 
 /// Objects that exist before the app declares them: one that already matches Git is adopted;
