@@ -107,27 +107,13 @@ async fn the_agent_applies_to_a_real_api_server_and_reverts_drift_from_its_watch
     );
     repo.commit("guestbook");
     let agent = Agent::start(&cp, &repo, "1s");
-    let (port, log) = (agent.port, || agent.log());
+    let log = || agent.log();
     {
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
         let services: Api<Service> = Api::namespaced(client.clone(), "default");
         let wait = |secs: u64| tokio::time::Instant::now() + Duration::from_secs(secs);
-        // How many reconciles the agent has run (its metric).
-        let passes = || async {
-            let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            text.lines()
-                .find_map(|l| {
-                    l.strip_prefix("driftless_reconcile_duration_seconds_count{app=\"guestbook\"} ")
-                })
-                .and_then(|n| n.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let passes = || agent.passes();
         let deadline = wait(60);
         loop {
             if let (Ok(Some(_)), Ok(Some(_))) = (
@@ -413,6 +399,22 @@ impl Agent {
             self.status().await["sync"] == "Synced"
         })
         .await;
+    }
+
+    /// How many reconciles the agent has run (its metric).
+    async fn passes(&self) -> u64 {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("driftless_reconcile_duration_seconds_count{app=\"guestbook\"} ")
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
     }
 
     fn log(&self) -> String {
@@ -811,20 +813,7 @@ spec:
         "the server writes it its own way"
     );
     let suspected = agent.log().matches("Drift suspected").count();
-    let passes = || async {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", agent.port))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("driftless_reconcile_duration_seconds_count{app=\"guestbook\"} ")
-            })
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let passes = || agent.passes();
     let passes_before = passes().await;
     // Another manager labels the Deployment: the change feed brings it back to the agent.
     let labelled = deployments
