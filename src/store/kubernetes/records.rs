@@ -272,6 +272,11 @@ impl KubeStore {
 
     /// The resourceVersion of one record (its pointer's), read as metadata only: neither the
     /// pointer's data nor its shards are transferred. `None` when there is no such record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] when the API server fails or gives a resourceVersion that is not a
+    /// decimal etcd revision (as every read does).
     pub(super) async fn record_version(&self, key: &ObjectKey) -> Result<Option<u64>> {
         let meta = self
             .records()
