@@ -968,6 +968,24 @@ fn a_closed_pipe_ends_output_quietly() {
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
+/// A peer that closes a socket (an API server or a Git host restarting) raises SIGPIPE at the
+/// next write on it: the agent ignores the signal and goes on (it once died of it without a
+/// word, which the Kubernetes restart test caught).
+#[test]
+fn the_agent_survives_sigpipe() {
+    let env = Env::new();
+    let agent = env.agent();
+    env.wait("agent up", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    let (code, log) = agent.signal_then_stop("-PIPE");
+    assert_eq!(
+        code,
+        Some(0),
+        "the agent outlived SIGPIPE and stopped on SIGTERM: {log}"
+    );
+}
+
 #[test]
 fn a_second_agent_on_the_same_store_refuses_to_start() {
     let env = Env::new();

@@ -379,7 +379,10 @@ impl Agent {
             .arg(dir.path().join("driftless.yaml"))
             .arg("run")
             .current_dir(dir.path())
-            .env("RUST_LOG", "info,driftless=debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("DRIFTLESS_TEST_LOG").unwrap_or("info,driftless=debug".into()),
+            )
             .env("DRIFTLESS_REPLICA", replica)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
@@ -461,7 +464,11 @@ impl Agent {
         while !f().await {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{what}: not within {secs} s:\n{}",
+                "{what}: not within {secs} s (the agent {}):\n{}",
+                match std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())) {
+                    Ok(stat) if !stat.contains(") Z ") => "is running",
+                    _ => "has exited",
+                },
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1299,6 +1306,73 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
             mode(configmaps.clone()).await.as_deref() == Some("blue")
         })
         .await;
+}
+
+/// No request waits forever on an API server that does not answer: every connection to it is
+/// cut and, for 20 s, new ones are accepted and never answered (as an API server that is
+/// starting, or a network that drops packets, may do). The agent says it cannot renew its
+/// Leases (a pass is given up in half the TTL, so its gates close in time), its watch starts
+/// again once answers come back (a change made after that is reverted from the watch: the
+/// interval is an hour), and the held connections stay silent forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_api_server_never_answers_is_given_up_and_the_watch_starts_again() {
+    let cp = ControlPlane::start().await;
+    let proxy = common::proxy::Proxy::start(cp.addr()).await;
+    let repo = settings_repo();
+    let store = format!(
+        "{{kubeconfig: {}}}",
+        cp.kubeconfig_via(proxy.addr).display()
+    );
+    let agent = Agent::start_on(&store, &repo, "1h", "");
+    let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
+    agent.wait_synced(60).await;
+    let mode = |api: Api<ConfigMap>| async move {
+        api.get("settings")
+            .await
+            .ok()
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("mode").cloned())
+    };
+    let edit = PatchParams::apply("kubectl-edit").force();
+    let red = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+        "data": {"mode": "red"}});
+    let drift_reverted = |what: &'static str| {
+        let (agent, configmaps, red, edit) =
+            (&agent, configmaps.clone(), red.clone(), edit.clone());
+        async move {
+            configmaps
+                .patch("settings", &edit, &Patch::Apply(&red))
+                .await
+                .unwrap();
+            agent
+                .wait(what, 30, || async {
+                    mode(configmaps.clone()).await.as_deref() == Some("blue")
+                })
+                .await;
+        }
+    };
+    drift_reverted("drift reverted through the proxy").await;
+
+    proxy.cut(true);
+    tokio::time::sleep(std::time::Duration::from_secs(20)).await;
+    proxy.heal();
+    // Answered again: the agent holds the app again (its full pass reverts what changed),
+    // then a change is reverted from a watch that started again.
+    agent
+        .wait("the app held again after the silence", 60, || async {
+            agent
+                .log()
+                .matches("This replica holds the app now")
+                .count()
+                >= 2
+        })
+        .await;
+    drift_reverted("drift after the silence reverted from the watch").await;
+    let said = agent.log();
+    assert!(
+        said.contains("Replica coordination through Leases failed"),
+        "a Lease renewal that got no answer was given up: {said}"
+    );
 }
 
 /// Health from the status controllers write: no controller runs here, so the test writes a

@@ -27,6 +27,31 @@ use crate::status::{self, ConditionStatus, ConditionType, Reason, SyncStatus};
 use crate::store::{Precondition, Selector, Store, Write, sqlite::SqliteStore};
 use secrecy::SecretString;
 
+/// `print!` to standard output that ends the process quietly (exit status 141, as a filter
+/// killed by SIGPIPE) when the reader has gone away (`driftless store list | head`); SIGPIPE
+/// itself stays ignored, so that a peer closing a socket (an API server restarting) never
+/// kills the agent.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::cli::write_out(format_args!($($t)*)) };
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// Writes to standard output; a closed pipe ends the process quietly with status 141 (what a
+/// shell reports for a filter SIGPIPE killed), any other failure is ignored as `print!` would
+/// panic on it.
+fn write_out(args: std::fmt::Arguments) {
+    if let Err(e) = std::io::stdout().lock().write_fmt(args)
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(141);
+    }
+}
+
 mod open;
 mod run;
 mod show;
@@ -244,12 +269,8 @@ pub enum StoreCommand {
 pub fn main() -> ExitCode {
     // One TLS stack for HTTP clients: rustls with ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // Like other Unix tools, end quietly when the reader of standard output goes away
-    // (`driftless store list | head`) instead of failing on the broken pipe.
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SIGPIPE stays ignored (Rust's default): a peer that closes a socket must never kill the
+    // agent. A closed standard output ends the commands quietly instead ([`write_out`]).
     // SAFETY: no thread has started yet, so nothing else uses libgit2.
     unsafe {
         crate::source::set_socket_timeouts();
@@ -396,7 +417,11 @@ fn print_table<R: AsRef<[String]>>(rows: &[R]) {
                 line.push_str(&format!("{c:<w$}   ", w = widths[i]));
             }
         }
-        let _ = writeln!(out, "{}", line.trim_end());
+        if let Err(e) = writeln!(out, "{}", line.trim_end())
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(141);
+        }
     }
 }
 

@@ -113,6 +113,12 @@ pub(super) async fn open_kube(
         // $KUBECONFIG, ~/.kube/config, then the in-cluster service account, as kubectl.
         (None, None) => kube::Config::infer().await.with_context(credentials)?,
     };
+    let mut config = config;
+    // kube-rs waits for an answer forever by default; an API server that accepted a request
+    // and went silent would stall a sync or a Lease renewal. Watches end sooner than this on
+    // their own (the store asks for `timeoutSeconds` below it).
+    config.read_timeout = Some(crate::store::kubernetes::REQUEST_SILENCE_LIMIT);
+    config.reset_reader_on_write = true;
     let client = kube::Client::try_from(config).with_context(|| {
         format!(
             "{}: store.kubernetes: cannot build a client",

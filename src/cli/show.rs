@@ -86,7 +86,7 @@ pub(super) async fn wait_cmd(
                         }
                     );
                     if ok {
-                        println!("{last}");
+                        outln!("{last}");
                         return Ok(0);
                     }
                     // The revision waited for was refused as it stands (it does not parse, its
@@ -107,9 +107,10 @@ pub(super) async fn wait_cmd(
                         && attempted != st.revision.as_deref().unwrap_or_default()
                         && revision.is_none_or(|r| attempted.starts_with(r))
                     {
-                        println!(
+                        outln!(
                             "revision {attempted} will not be applied ({}: {}); a new commit is needed",
-                            c.reason, c.message
+                            c.reason,
+                            c.message
                         );
                         return Ok(1);
                     }
@@ -119,7 +120,7 @@ pub(super) async fn wait_cmd(
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            println!(
+            outln!(
                 "timed out after {}: {last}",
                 humantime::format_duration(timeout)
             );
@@ -165,7 +166,7 @@ pub(super) async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Res
                 }
             }
             let v = serde_json::json!({ "apps": list });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            outln!("{}", serde_json::to_string_pretty(&v)?);
         }
         StatusFormat::Table | StatusFormat::Wide => {
             // The REPLICA column only with etcd replicas.

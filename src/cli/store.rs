@@ -276,8 +276,8 @@ pub(super) fn kind_and_name<'a>(
 
 pub(super) fn print_object(value: &Value, format: ObjectFormat) -> anyhow::Result<()> {
     match format {
-        ObjectFormat::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        ObjectFormat::Yaml => print!("{}", diff::to_yaml(value)),
+        ObjectFormat::Json => outln!("{}", serde_json::to_string_pretty(value)?),
+        ObjectFormat::Yaml => out!("{}", diff::to_yaml(value)),
     }
     Ok(())
 }
@@ -429,7 +429,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                 (_, ObjectFormat::Yaml) => {
                     for (i, o) in objects.iter().enumerate() {
                         if i > 0 {
-                            println!("---");
+                            outln!("---");
                         }
                         print_object(o, output)?;
                     }
@@ -491,7 +491,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
             }
             let committed = store.commit(writes).await?;
             for o in &committed.stored {
-                println!(
+                outln!(
                     "{} written (resourceVersion {})",
                     o.key(),
                     committed.revision
@@ -519,7 +519,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                 store
                     .commit(vec![Write::Delete { key, precondition }])
                     .await?;
-                println!("{} deleted", object::printable(&found.key().to_string()));
+                outln!("{} deleted", object::printable(&found.key().to_string()));
             }
             Ok(u8::from(missing))
         }

@@ -23,7 +23,7 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
         let (_, report) = app.reconcile(Trigger::Manual).instrument(span).await;
         let st = app.status();
         if dry_run {
-            print!("{}", report.dry_run_diff);
+            out!("{}", report.dry_run_diff);
         }
         let s = report.summary;
         // What was done, or with nothing written, what would be.
@@ -32,7 +32,7 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
         } else {
             ("created", "updated", "deleted")
         };
-        println!(
+        outln!(
             "{}: {} {} at {}: {} {created}, {} {updated}, {} {deleted}, {} unchanged{}",
             st.name,
             st.sync,
@@ -65,7 +65,7 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
         if let Some(ready) = st.condition(ConditionType::Ready)
             && ready.status != ConditionStatus::True
         {
-            println!("  {}: {}", ready.reason, ready.message);
+            outln!("  {}: {}", ready.reason, ready.message);
         }
         let synced = if dry_run {
             st.sync == SyncStatus::Synced && s.create + s.update + s.delete == 0
@@ -189,10 +189,10 @@ pub(super) async fn diff_cmd(
         )
         .await
         .with_context(|| format!("app {name}"))?;
-        println!("# app {name} at {}", fetched.revision);
-        print!("{}", diff::render_plan(&outcome.plan));
+        outln!("# app {name} at {}", fetched.revision);
+        out!("{}", diff::render_plan(&outcome.plan));
         for (key, why) in &outcome.conflicts {
-            println!("! {key}: {why}; not applied");
+            outln!("! {key}: {why}; not applied");
         }
         let s = outcome.plan.summary();
         // A write held back (a delete `prune: false` keeps) is still a difference: the app
@@ -299,24 +299,24 @@ pub(super) fn diff_offline(desired: &Path, live: &Path) -> u8 {
         let last_applied = have.and_then(kubectl_last_applied);
         let step = diff::plan_one(&key, want, have, last_applied.as_ref());
         if step.action == diff::Action::Unchanged {
-            println!("no drift: {key}");
+            outln!("no drift: {key}");
             continue;
         }
         drift = true;
         if have.is_none() {
-            println!("missing from the live objects: {key}");
+            outln!("missing from the live objects: {key}");
             continue;
         }
         for c in &step.changes {
             let show =
                 |v: &Option<Value>| v.as_ref().map_or("(absent)".to_string(), |v| v.to_string());
-            println!("{}: {} -> {}", c.path, show(&c.live), show(&c.desired));
+            outln!("{}: {} -> {}", c.path, show(&c.live), show(&c.desired));
         }
-        print!("{}", diff::render_step(&step));
+        out!("{}", diff::render_step(&step));
     }
     let declared: BTreeSet<ObjectKey> = wants.iter().map(Object::key).collect();
     for key in live.keys().filter(|k| !declared.contains(*k)) {
-        println!("not declared (offline there is no inventory, so nothing is pruned): {key}");
+        outln!("not declared (offline there is no inventory, so nothing is pruned): {key}");
     }
     u8::from(drift)
 }
@@ -352,7 +352,7 @@ pub(super) fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyh
                     })
                 })
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({ "objects": objects }))?
             );
@@ -360,9 +360,9 @@ pub(super) fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyh
         StatusFormat::Table | StatusFormat::Wide => {
             for (o, a) in &assessed {
                 if a.message.is_empty() {
-                    println!("{}: {}", o.key(), a.health);
+                    outln!("{}: {}", o.key(), a.health);
                 } else {
-                    println!("{}: {}: {}", o.key(), a.health, a.message);
+                    outln!("{}: {}: {}", o.key(), a.health, a.message);
                 }
             }
         }

@@ -17,7 +17,7 @@ pub(super) fn validate(paths: &[PathBuf]) -> u8 {
             ..Default::default()
         });
         for d in &set.diagnostics {
-            println!("{d}");
+            outln!("{d}");
         }
         let e = set.diagnostics.iter().filter(|d| d.is_error()).count();
         errors += e;

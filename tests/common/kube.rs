@@ -127,6 +127,19 @@ impl ControlPlane {
         }
     }
 
+    /// The API server's address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A kubeconfig for the admin user that reaches the API server through `addr` (a
+    /// [`super::proxy::Proxy`] in front of it; the serving certificate names 127.0.0.1).
+    pub fn kubeconfig_via(&self, addr: std::net::SocketAddr) -> PathBuf {
+        let path = self.dir.path().join(format!("kubeconfig-{}", addr.port()));
+        write_kubeconfig(&path, &format!("https://{addr}"), &self.credentials);
+        path
+    }
+
     /// Starts another API server on the same etcd, on its own port, ready when this returns:
     /// the way to change the cluster while the first one is down.
     pub async fn second_apiserver(&self) -> SecondApiServer {

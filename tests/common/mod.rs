@@ -8,6 +8,8 @@ pub mod etcd;
 pub mod kube;
 pub mod objects;
 pub mod pki;
+#[cfg(feature = "kubernetes")]
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -473,6 +475,21 @@ impl Agent {
     /// SIGTERM, then the exit status and the log.
     pub fn stop(self) -> (Option<i32>, String) {
         self.stop_with("-TERM")
+    }
+
+    /// Sends `signal`, waits half a second, then stops the agent as [`Agent::stop`] does.
+    pub fn signal_then_stop(self, signal: &str) -> (Option<i32>, String) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(
+            Command::new("kill")
+                .arg(signal)
+                .arg(&pid)
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        self.stop()
     }
 
     /// Sends `signal` (`-TERM`, `-INT`), then the exit status and the log.

@@ -226,7 +226,12 @@ impl Replicas {
                 _ = tick.tick() => {}
             }
             let started = tokio::time::Instant::now();
-            match self.pass(&mut memory).await {
+            // A pass that gets no answer is given up in half the TTL: the gates must close
+            // before the Leases expire, whatever the API server does.
+            let passed = tokio::time::timeout(self.ttl / 2, self.pass(&mut memory))
+                .await
+                .unwrap_or_else(|elapsed| Err(backend("lease", elapsed)));
+            match passed {
                 Ok(()) => renewed = started,
                 Err(e) => {
                     tracing::warn!(error = %super::super::error_chain(&e), "Replica coordination through Leases failed; trying again");

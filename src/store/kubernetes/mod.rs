@@ -61,6 +61,30 @@ pub use records::{RECORD_KEY_ANNOTATION, RECORD_LABEL, SHARD_DIGEST_LABEL, SHARD
 /// How long an applied CustomResourceDefinition may take to become `Established`.
 const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a watch (or the listing before it) may take to start answering before it is
+/// given up and started again. kube-rs sets no read timeout by default, and an API server
+/// that accepts a connection while it starts may leave a request unanswered.
+const WATCH_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long the API server may stay silent on a connection, reading an answer, before the
+/// request fails (seconds; the client's read timeout, which `driftless` sets on the clients
+/// it builds: kube-rs has none by default).
+pub const REQUEST_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long each watch request lasts (its `timeoutSeconds`): below
+/// [`REQUEST_SILENCE_LIMIT`], so that a quiet watch ends on the server's word and starts again
+/// from its last resourceVersion, never on the client's read timeout.
+const WATCH_SECONDS: u32 = 50;
+
+/// How long a watch may stay silent before it is started again: the API server ends each
+/// watch after [`WATCH_SECONDS`], so a watch silent for longer is on a connection that died
+/// without a word (a peer gone without a FIN), when the client has no read timeout of its own.
+const WATCH_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(70);
+
+/// The longest wait before a failed watch or listing is tried again (the first waits 0.5 s,
+/// doubling): short, since drift is seen only while the watch runs.
+const WATCH_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(8);
+
 /// Above how many objects of one kind in one namespace [`Store::get_many`] lists the kind
 /// rather than reading each object.
 const LIST_ABOVE: usize = 20;
@@ -1231,33 +1255,45 @@ impl KubeStore {
         };
         let mut rv = from.to_string();
         let kind = (api.group.clone(), api.kind.clone());
-        // Restarts after a failure wait 0.5 s, doubling to 30 s.
+        // Restarts after a failure wait 0.5 s, doubling to WATCH_RETRY_MAX.
         let mut delay = std::time::Duration::from_millis(500);
         loop {
             // The watch cache of a kind: listed before its watch starts (the watch then
             // replays from `rv`, so no event the feed owes is skipped; older news than the
             // listing does not move the cache back).
-            if !records
-                && !self.inner.cache.synced(&kind)
-                && let Err(e) = self.fill_cache(&client, &api, &label).await
-            {
-                tracing::debug!(error = %super::error_chain(&e), "Listing a kind for the watch cache failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {
-                        delay = (delay * 2).min(std::time::Duration::from_secs(30));
-                        continue;
-                    }
-                    _ = tx.closed() => return,
+            let listed = if !records && !self.inner.cache.synced(&kind) {
+                match tokio::time::timeout(
+                    WATCH_START_LIMIT,
+                    self.fill_cache(&client, &api, &label),
+                )
+                .await
+                {
+                    Ok(r) => r.map_err(|e| super::error_chain(&e)),
+                    Err(_) => Err(format!("no answer within {WATCH_START_LIMIT:?}")),
                 }
-            }
-            let params = WatchParams::default().labels(&label).timeout(290);
-            let stream = match client.watch(&params, &rv).await {
+            } else {
+                Ok(())
+            };
+            let started = match listed {
+                Ok(()) => {
+                    let params = WatchParams::default().labels(&label).timeout(WATCH_SECONDS);
+                    tracing::debug!(from = %rv, "Watch starting");
+                    match tokio::time::timeout(WATCH_START_LIMIT, client.watch(&params, &rv)).await
+                    {
+                        Ok(Ok(s)) => Ok(s),
+                        Ok(Err(e)) => Err(format!("watch failed to start: {e}")),
+                        Err(_) => Err(format!("watch did not start within {WATCH_START_LIMIT:?}")),
+                    }
+                }
+                Err(e) => Err(format!("listing for the watch cache failed: {e}")),
+            };
+            let stream = match started {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::debug!(error = %e, "Watch failed to start; retrying");
+                    tracing::debug!(error = %e, retry_in = ?delay, "Watch not running; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {
-                            delay = (delay * 2).min(std::time::Duration::from_secs(30));
+                            delay = (delay * 2).min(WATCH_RETRY_MAX);
                             continue;
                         }
                         _ = tx.closed() => return,
@@ -1267,10 +1303,18 @@ impl KubeStore {
             let mut stream = std::pin::pin!(stream);
             loop {
                 let next = tokio::select! {
-                    n = stream.next() => n,
+                    n = tokio::time::timeout(WATCH_IDLE_LIMIT, stream.next()) => n,
                     _ = tx.closed() => return,
                 };
-                let Some(item) = next else { break };
+                let Ok(next) = next else {
+                    self.inner.cache.unsync(&kind);
+                    tracing::debug!(from = %rv, "Watch silent for {WATCH_IDLE_LIMIT:?}; restarting");
+                    break;
+                };
+                let Some(item) = next else {
+                    tracing::debug!(from = %rv, "Watch ended; resuming");
+                    break;
+                };
                 tracing::trace!(?item, "Watch event");
                 let (obj, deleted) = match item {
                     Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
