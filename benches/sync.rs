@@ -45,7 +45,9 @@ struct Args {
     runs: usize,
     changes: usize,
     store: Option<String>,
-    /// `--only agent-noop`: measure the running agent's no-op resync alone (for a profiler).
+    /// `--only agent-noop`: measure the running agent's no-op resync alone (for a profiler);
+    /// `--only drift`: one cold sync, then the drift latencies (the other rows are not
+    /// measured and print as zero).
     only: Option<String>,
 }
 
@@ -404,6 +406,18 @@ fn rand_suffix() -> u128 {
         .as_nanos()
 }
 
+/// Sends SIGKILL to a process when dropped.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -497,9 +511,14 @@ fn main() {
             .iter()
             .map(|d| serde_json::from_str(d).unwrap())
             .collect();
+        // (`--only drift` skips the floor: only the drift rows are printed.)
         let mut floors: Vec<Duration> = (0..a.runs)
+            .filter(|_| a.only.as_deref() != Some("drift"))
             .map(|i| rt.block_on(kube_floor(&kubeconfig, &values, i)))
             .collect();
+        if floors.is_empty() {
+            floors.push(Duration::from_millis(1));
+        }
         let floor_med = median(&mut floors);
         drop(rt);
         measure(
@@ -587,6 +606,7 @@ fn measure(
     let mut last_cfg = PathBuf::new();
     let mut last_run = String::new();
     let agent_noop_only = a.only.as_deref() == Some("agent-noop");
+    let drift_only = a.only.as_deref() == Some("drift");
     for run in (0..a.runs).filter(|_| !agent_noop_only) {
         let run = format!("{tag}-run{run}");
         let dir = work.join(&run);
@@ -596,9 +616,11 @@ fn measure(
         let (t, rss) = run_sync(&cfg);
         cold.push(t);
         cold_rss = cold_rss.max(rss);
-        let (t, rss) = run_sync(&cfg);
-        noop.push(t);
-        noop_rss = noop_rss.max(rss);
+        if !drift_only {
+            let (t, rss) = run_sync(&cfg);
+            noop.push(t);
+            noop_rss = noop_rss.max(rss);
+        }
         last_cfg = cfg;
         last_run = run;
     }
@@ -606,7 +628,9 @@ fn measure(
     // The running agent's periodic resync when nothing changed: the same reconcile the agent
     // runs at each poll, in process, after a first pass (the revision is known, so it fetches,
     // finds nothing new, reads the live objects and plans, and writes nothing).
-    let agent_noop_med = {
+    let agent_noop_med = if drift_only {
+        Duration::ZERO
+    } else {
         let run = format!("{tag}-in-process");
         let dir = work.join(&run);
         std::fs::create_dir_all(&dir).unwrap();
@@ -673,6 +697,9 @@ fn measure(
         );
         return;
     }
+    if noop.is_empty() {
+        noop.push(Duration::ZERO);
+    }
     let cold_med = median(&mut cold);
     let noop_med = median(&mut noop);
 
@@ -689,6 +716,9 @@ fn measure(
         .stderr(std::fs::File::create(&agent_log).unwrap())
         .spawn()
         .expect("agent starts");
+    // Killed if the measurement panics (a failed run must not leave an agent behind to load
+    // the next one).
+    let guard = KillOnDrop(agent.id());
     eprintln!("the agent logs to {}", agent_log.display());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -698,20 +728,23 @@ fn measure(
         let store = backend.open(&dir, &last_run).await;
         let editor = backend.open_editor(&dir, &last_run).await;
         let ns = backend.namespace(&last_run);
-        // Wait until the agent is up: its status says Synced.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // Wait until the agent is up: ready (its first pass done; the status record says
+        // Synced from the earlier runs already), and its status says Synced.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let ready = format!("http://{}/readyz", listen_addr(&last_cfg));
         loop {
+            let up = matches!(reqwest::get(&ready).await, Ok(r) if r.status() == 200);
             let st = driftless::status::read(store.as_ref(), "bench")
                 .await
                 .unwrap();
-            if st.is_some_and(|s| s.sync == driftless::status::SyncStatus::Synced) {
+            if up && st.is_some_and(|s| s.sync == driftless::status::SyncStatus::Synced) {
                 break;
             }
             assert!(Instant::now() < deadline, "agent did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let quiet = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 0).await;
-        let _ = rustls::crypto::ring::default_provider().install_default();
         // The same with 30 clients reading the app's page in a loop (5,000+ rows each).
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let url = format!("http://{}/apps/bench", listen_addr(&last_cfg));
@@ -747,6 +780,7 @@ fn measure(
         .arg(agent.id().to_string())
         .status();
     let _ = wait_rusage(agent.id());
+    std::mem::forget(guard);
     // The latency floor on an API server: the same changes reverted by the plainest client
     // (one watch of the namespace's ConfigMaps, one forced apply of the original data per
     // change), in the same run, the agent stopped.

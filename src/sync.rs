@@ -1124,9 +1124,16 @@ async fn attempt_sync(
     })
 }
 
-/// True when every key of `keys` (in ascending order) is a key of `map`: one walk of both in
-/// step, instead of a lookup per key.
-fn all_in<'a, V>(keys: impl Iterator<Item = &'a ObjectKey>, map: &BTreeMap<ObjectKey, V>) -> bool {
+/// True when every key of `keys` (in ascending order) is a key of `map`. Many keys: one walk
+/// of both in step, instead of a lookup per key; a few (a change-feed pass): a lookup each,
+/// instead of a walk through the whole map.
+fn all_in<'a, V>(
+    mut keys: impl ExactSizeIterator<Item = &'a ObjectKey>,
+    map: &BTreeMap<ObjectKey, V>,
+) -> bool {
+    if keys.len().saturating_mul(16) < map.len() {
+        return keys.all(|k| map.contains_key(k));
+    }
     let mut there = map.keys().peekable();
     for k in keys {
         while there.next_if(|t| *t < k).is_some() {}
@@ -1810,6 +1817,26 @@ mod tests {
                 .unwrap()
                 .resource_version
         );
+    }
+
+    #[test]
+    fn all_in_answers_alike_for_a_few_keys_and_for_many() {
+        let key = |i: usize| ObjectKey::new("", "ConfigMap", "ns", format!("c{i:03}"));
+        let map: BTreeMap<ObjectKey, ()> = (0..100).map(|i| (key(i * 2), ())).collect();
+        let set = |ids: &[usize]| ids.iter().map(|i| key(*i)).collect::<BTreeSet<_>>();
+        // A few keys (a lookup each) and many (a walk in step).
+        for (ids, expected) in [
+            (vec![4], true),
+            (vec![5], false),
+            (vec![0, 198], true),
+            (vec![0, 199], false),
+            ((0..50).map(|i| i * 4).collect(), true),
+            ((0..50).map(|i| i * 4 + 1).collect(), false),
+            ((0..100).map(|i| i * 2).collect(), true),
+            (vec![], true),
+        ] {
+            assert_eq!(all_in(set(&ids).iter(), &map), expected, "{ids:?}");
+        }
     }
 
     #[tokio::test]

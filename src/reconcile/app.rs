@@ -75,7 +75,7 @@ pub struct App {
     diagnostics: Vec<Diagnostic>,
     problem: Option<Problem>,
     sync_error: Option<String>,
-    resources: BTreeMap<ObjectKey, ResourceStatus>,
+    resources: BTreeMap<ObjectKey, Arc<ResourceStatus>>,
     /// True when `resources` changed since the status was last written.
     resources_dirty: bool,
     conflicts: BTreeMap<ObjectKey, String>,
@@ -1003,9 +1003,9 @@ impl App {
         let now = std::time::Instant::now();
         let hold: Option<BTreeSet<ObjectKey>> = (!new_revision || reverting)
             .then(|| {
-                desired
-                    .keys()
-                    .filter(|k| self.fights.held(k, now))
+                self.fights
+                    .held_now(now)
+                    .filter(|k| desired.contains_key(*k))
                     .cloned()
                     .collect::<BTreeSet<_>>()
             })
@@ -1353,8 +1353,8 @@ impl App {
     }
 
     fn set_resource(&mut self, key: ObjectKey, r: ResourceStatus) {
-        if self.resources.get(&key) != Some(&r) {
-            self.resources.insert(key, r);
+        if self.resources.get(&key).map(|e| &**e) != Some(&r) {
+            self.resources.insert(key, Arc::new(r));
             self.resources_dirty = true;
         }
     }

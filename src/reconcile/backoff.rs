@@ -149,6 +149,15 @@ impl Fights {
             .is_some_and(|t| t > now)
     }
 
+    /// The objects held at `now` (a few at most: a pass looks here rather than at each of its
+    /// objects).
+    pub fn held_now(&self, now: Instant) -> impl Iterator<Item = &ObjectKey> {
+        self.entries
+            .iter()
+            .filter(move |(_, f)| f.hold_until.is_some_and(|t| t > now))
+            .map(|(k, _)| k)
+    }
+
     /// When something is due: a hold ends, or a quiet fight is to be forgotten.
     pub fn next_due(&self, now: Instant) -> Option<Instant> {
         self.entries

@@ -629,7 +629,7 @@ mod tests {
         }
 
         fn objects(&mut self, objects: Vec<ResourceStatus>) -> &mut Self {
-            self.status.resources = objects;
+            self.status.resources = objects.into_iter().map(std::sync::Arc::new).collect();
             self
         }
 

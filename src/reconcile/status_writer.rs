@@ -7,9 +7,10 @@
 //! write is in flight replace each other (only the newest is written). A status whose summary
 //! changed (revision, sync status, health, conditions) is written as soon as the write before
 //! it is done; one that differs only in its per-object entries waits until [`SPACING`] after
-//! the last write, so a burst of reverts costs one write a second. What the agent serves (its
-//! HTTP API, its metrics, its commit statuses) never waits for the record; the per-object
-//! entries of the record are at most [`SPACING`] plus one write behind, and
+//! the last write (1 ms per object for a large app, up to [`SPACING_MAX`]), so a burst of
+//! reverts costs one write a second (one in 10 s at 10,000 objects). What the agent serves
+//! (its HTTP API, its metrics, its commit statuses) never waits for the record; the per-object
+//! entries of the record are at most that spacing plus one write behind, and
 //! [`StatusWriter::finish`] writes what is pending before the agent exits.
 
 use std::sync::Arc;
@@ -24,6 +25,17 @@ use crate::store::{Store, error_chain};
 
 /// The least time between two writes of one app's status record.
 pub const SPACING: Duration = Duration::from_secs(1);
+
+/// The spacing of a large app's record: [`SPACING`] or 1 ms per object, whichever is longer,
+/// up to this (10,000 objects: 10 s). The record's size grows with its objects; so does the
+/// time between its rewrites, which keeps the bytes written per second (and the API server's
+/// and etcd's work) about the same whatever the size of the app.
+pub const SPACING_MAX: Duration = Duration::from_secs(10);
+
+/// How long after writing `status` a status that differs only in its per-object entries waits.
+fn spacing_after(status: &AppStatus, spacing: Duration) -> Duration {
+    spacing.max(Duration::from_millis(status.resources.len() as u64).min(SPACING_MAX))
+}
 
 /// The first pause before a failed write is tried again (doubling to [`RETRY_MAX`]).
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -112,7 +124,7 @@ async fn run(
                             }
                         }
                     };
-                    let _ = tokio::time::timeout(spacing, wait).await;
+                    let _ = tokio::time::timeout(spacing_after(&status, spacing), wait).await;
                 }
             }
             Err(e) if ending => {
@@ -157,6 +169,41 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[test]
+    fn a_large_record_is_rewritten_less_often() {
+        let with = |n: usize| {
+            let mut s = AppStatus::new("app");
+            let entry = Arc::new(crate::status::ResourceStatus {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: "ns".into(),
+                name: "c".into(),
+                sync: crate::status::SyncStatus::Synced,
+                health: crate::health::Health::Healthy,
+                health_message: None,
+                message: None,
+            });
+            s.resources = vec![entry; n];
+            s
+        };
+        assert_eq!(spacing_after(&with(10), SPACING), SPACING);
+        assert_eq!(
+            spacing_after(&with(2_500), SPACING),
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(
+            spacing_after(&with(10_000), SPACING),
+            Duration::from_secs(10)
+        );
+        assert_eq!(spacing_after(&with(100_000), SPACING), SPACING_MAX);
+        // A spacing set longer than that is kept.
+        assert_eq!(
+            spacing_after(&with(10), Duration::from_secs(3)),
+            Duration::from_secs(3)
+        );
     }
 
     #[tokio::test]

@@ -61,10 +61,14 @@ pub use records::{RECORD_KEY_ANNOTATION, RECORD_LABEL, SHARD_DIGEST_LABEL, SHARD
 /// How long an applied CustomResourceDefinition may take to become `Established`.
 const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// How long a watch (or the listing before it) may take to start answering before it is
-/// given up and started again. kube-rs sets no read timeout by default, and an API server
-/// that accepts a connection while it starts may leave a request unanswered.
+/// How long a watch may take to start answering before it is given up and started again
+/// (kube-rs sets no read timeout by default; an API server that accepts a connection while it
+/// starts may leave a request unanswered).
 const WATCH_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long the listing that fills a kind's watch cache may take (10,000 objects of a kind on
+/// a busy API server take seconds) before it is given up and tried again.
+const LISTING_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// How long the API server may stay silent on a connection, reading an answer, before the
 /// request fails (seconds; the client's read timeout, which `driftless` sets on the clients
@@ -1134,6 +1138,24 @@ impl Store for KubeStore {
 
 type Sender = mpsc::Sender<Result<WatchItem>>;
 
+/// A metadata-only watch event as the object-watch event it stands for (no body).
+fn from_metadata(
+    e: WatchEvent<kube::core::PartialObjectMeta<DynamicObject>>,
+) -> WatchEvent<DynamicObject> {
+    let object = |m: kube::core::PartialObjectMeta<DynamicObject>| DynamicObject {
+        types: None,
+        metadata: m.metadata,
+        data: Value::Null,
+    };
+    match e {
+        WatchEvent::Added(m) => WatchEvent::Added(object(m)),
+        WatchEvent::Modified(m) => WatchEvent::Modified(object(m)),
+        WatchEvent::Deleted(m) => WatchEvent::Deleted(object(m)),
+        WatchEvent::Bookmark(b) => WatchEvent::Bookmark(b),
+        WatchEvent::Error(s) => WatchEvent::Error(s),
+    }
+}
+
 /// What a set brings itself, for [`Store::check`]: the (group, kind) its CRDs define, and the
 /// Namespaces it declares.
 type Brought = (BTreeSet<(String, String)>, BTreeSet<String>);
@@ -1262,14 +1284,11 @@ impl KubeStore {
             // replays from `rv`, so no event the feed owes is skipped; older news than the
             // listing does not move the cache back).
             let listed = if !records && !self.inner.cache.synced(&kind) {
-                match tokio::time::timeout(
-                    WATCH_START_LIMIT,
-                    self.fill_cache(&client, &api, &label),
-                )
-                .await
+                match tokio::time::timeout(LISTING_LIMIT, self.fill_cache(&client, &api, &label))
+                    .await
                 {
                     Ok(r) => r.map_err(|e| super::error_chain(&e)),
-                    Err(_) => Err(format!("no answer within {WATCH_START_LIMIT:?}")),
+                    Err(_) => Err(format!("no answer within {LISTING_LIMIT:?}")),
                 }
             } else {
                 Ok(())
@@ -1278,8 +1297,19 @@ impl KubeStore {
                 Ok(()) => {
                     let params = WatchParams::default().labels(&label).timeout(WATCH_SECONDS);
                     tracing::debug!(from = %rv, "Watch starting");
-                    match tokio::time::timeout(WATCH_START_LIMIT, client.watch(&params, &rv)).await
-                    {
+                    // The records are watched for their keys only: metadata, not the bodies (an
+                    // app status of 10,000 objects, rewritten every few seconds, is large).
+                    let watch = async {
+                        if records {
+                            client
+                                .watch_metadata(&params, &rv)
+                                .await
+                                .map(|s| s.map(|e| e.map(from_metadata)).boxed())
+                        } else {
+                            client.watch(&params, &rv).await.map(|s| s.boxed())
+                        }
+                    };
+                    match tokio::time::timeout(WATCH_START_LIMIT, watch).await {
                         Ok(Ok(s)) => Ok(s),
                         Ok(Err(e)) => Err(format!("watch failed to start: {e}")),
                         Err(_) => Err(format!("watch did not start within {WATCH_START_LIMIT:?}")),
