@@ -330,6 +330,28 @@ fn settings_repo() -> common::GitRepo {
     repo
 }
 
+/// The `mode` of ConfigMap `default/settings` ([`settings_repo`] declares `blue`), if readable.
+async fn settings_mode(api: &Api<ConfigMap>) -> Option<String> {
+    api.get("settings")
+        .await
+        .ok()
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("mode").cloned())
+}
+
+/// Sets `default/settings`' mode to `red` as another field manager (`kubectl-edit`) would.
+async fn edit_to_red(api: &Api<ConfigMap>) {
+    let red = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+        "data": {"mode": "red"}});
+    api.patch(
+        "settings",
+        &PatchParams::apply("kubectl-edit").force(),
+        &Patch::Apply(&red),
+    )
+    .await
+    .unwrap();
+}
+
 /// `driftless run` against a control plane, with one app `guestbook` on `repo`'s folder `app`,
 /// killed on drop.
 struct Agent {
@@ -1251,24 +1273,11 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
     let agent = Agent::start(&cp, &repo, "1h");
     let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
     agent.wait_synced(60).await;
-    let mode = |api: Api<ConfigMap>| async move {
-        api.get("settings")
-            .await
-            .ok()
-            .and_then(|c| c.data)
-            .and_then(|d| d.get("mode").cloned())
-    };
-    let edit = PatchParams::apply("kubectl-edit").force();
-    let red = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
-        "data": {"mode": "red"}});
     // The watch is live: a change is reverted from it.
-    configmaps
-        .patch("settings", &edit, &Patch::Apply(&red))
-        .await
-        .unwrap();
+    edit_to_red(&configmaps).await;
     agent
         .wait("the first drift reverted", 20, || async {
-            mode(configmaps.clone()).await.as_deref() == Some("blue")
+            settings_mode(&configmaps).await.as_deref() == Some("blue")
         })
         .await;
 
@@ -1278,17 +1287,14 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
         common::kube::client_from(&second.kubeconfig).await,
         "default",
     );
-    through_second
-        .patch("settings", &edit, &Patch::Apply(&red))
-        .await
-        .unwrap();
+    edit_to_red(&through_second).await;
     let compacted = cp.compact_etcd().await;
     drop(second);
     cp.start_apiserver().await;
     let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
     agent
         .wait("the change made in the gap reverted", 60, || async {
-            mode(configmaps.clone()).await.as_deref() == Some("blue")
+            settings_mode(&configmaps).await.as_deref() == Some("blue")
         })
         .await;
     let said = agent.log();
@@ -1297,13 +1303,10 @@ async fn the_watch_resumes_after_the_api_server_restarts_and_relists_after_a_com
         "relisted after the compaction at {compacted}: {said}"
     );
     // And the watch goes on: a change after the restart is reverted from it too.
-    configmaps
-        .patch("settings", &edit, &Patch::Apply(&red))
-        .await
-        .unwrap();
+    edit_to_red(&configmaps).await;
     agent
         .wait("drift after the restart reverted", 20, || async {
-            mode(configmaps.clone()).await.as_deref() == Some("blue")
+            settings_mode(&configmaps).await.as_deref() == Some("blue")
         })
         .await;
 }
@@ -1326,27 +1329,13 @@ async fn a_request_the_api_server_never_answers_is_given_up_and_the_watch_starts
     let agent = Agent::start_on(&store, &repo, "1h", "");
     let configmaps: Api<ConfigMap> = Api::namespaced(cp.client().await, "default");
     agent.wait_synced(60).await;
-    let mode = |api: Api<ConfigMap>| async move {
-        api.get("settings")
-            .await
-            .ok()
-            .and_then(|c| c.data)
-            .and_then(|d| d.get("mode").cloned())
-    };
-    let edit = PatchParams::apply("kubectl-edit").force();
-    let red = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
-        "data": {"mode": "red"}});
     let drift_reverted = |what: &'static str| {
-        let (agent, configmaps, red, edit) =
-            (&agent, configmaps.clone(), red.clone(), edit.clone());
+        let (agent, configmaps) = (&agent, configmaps.clone());
         async move {
-            configmaps
-                .patch("settings", &edit, &Patch::Apply(&red))
-                .await
-                .unwrap();
+            edit_to_red(&configmaps).await;
             agent
                 .wait(what, 30, || async {
-                    mode(configmaps.clone()).await.as_deref() == Some("blue")
+                    settings_mode(&configmaps).await.as_deref() == Some("blue")
                 })
                 .await;
         }
