@@ -75,6 +75,9 @@ pub struct Config {
     /// Custom health rules, for every app.
     #[serde(default)]
     pub health: Vec<HealthRuleConfig>,
+    /// Where the renderers are (`kustomize`, `helm`); default: on the PATH.
+    #[serde(default)]
+    pub renderers: RenderTools,
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -169,7 +172,10 @@ pub use crate::health::HealthRuleConfig;
 pub use crate::preview::PreviewConfig;
 pub use crate::report::{Provider, StatusConfig};
 pub use crate::secret::SecretRef;
-pub use crate::source::{AuthConfig, SourceConfig, SourceLimitsConfig, VerifyConfig, VerifyMode};
+pub use crate::source::{
+    AuthConfig, ChartConfig, HelmConfig, KustomizeConfig, RenderTools, SourceConfig,
+    SourceLimitsConfig, VerifyConfig, VerifyMode,
+};
 pub use crate::store::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 pub use crate::sync::{RetryConfig, SyncConfig, TargetConfig};
 pub use crate::window::{WindowConfig, WindowKind};
@@ -476,7 +482,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
     {
         resolve_secret(&mut hook.secret);
     }
+    for tool in [&mut config.renderers.kustomize, &mut config.renderers.helm]
+        .into_iter()
+        .flatten()
+    {
+        *tool = resolve(tool);
+    }
     for app in &mut config.apps {
+        app.source.tools = config.renderers.clone();
         if let Some(st) = &mut app.status {
             resolve_secret(&mut st.token);
         }
@@ -486,6 +499,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
                 .flatten()
             {
                 resolve_secret(f);
+            }
+        }
+        let chart_auth = app
+            .source
+            .helm
+            .as_mut()
+            .and_then(|h| h.value.chart.as_mut())
+            .and_then(|c| c.auth.as_mut());
+        if let Some(a) = chart_auth {
+            for s in [&mut a.token, &mut a.password].into_iter().flatten() {
+                resolve_secret(s);
             }
         }
         if let Some(a) = &mut app.source.auth {
@@ -652,6 +676,7 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
         if let Some(st) = &app.status {
             validate_status(st, i, &invalid)?;
         }
+        validate_render(&app.source, i, &invalid)?;
         validate_auth(&app.source, i, &invalid)?;
         if let Some(v) = &app.source.verify
             && v.allowed_signers.is_none()
@@ -1015,6 +1040,100 @@ fn validate_secret(
 
 /// An `http` or `https` URL with a host, used as a base that paths are appended to: no
 /// whitespace, query (`?`) or fragment (`#`), which would end up in the middle of every link.
+/// `source.kustomize`, `source.helm` and `source.renderTimeout`: one renderer at most, and
+/// settings that `helm template` can take.
+fn validate_render(source: &SourceConfig, i: usize, invalid: Invalid<'_>) -> Result<(), Error> {
+    let field = |f: &str| format!("apps[{i}].source.{f}");
+    if let (Some(_), Some(h)) = (&source.kustomize, &source.helm) {
+        return Err(invalid(
+            &h.referenced,
+            field("helm"),
+            "choose one renderer: `kustomize` or `helm`, not both (a chart rendered by an overlay is kustomize's `helmCharts`, which driftless refuses: it fetches while rendering)".into(),
+        ));
+    }
+    let t = &source.render_timeout;
+    if t.value < Duration::from_secs(1) {
+        return Err(invalid(
+            &t.referenced,
+            field("renderTimeout"),
+            "must be at least 1s".into(),
+        ));
+    }
+    let Some(h) = &source.helm else {
+        return Ok(());
+    };
+    let h = &h.value;
+    for (name, v) in [
+        ("releaseName", &h.release_name),
+        ("namespace", &h.namespace),
+    ] {
+        if let Some(v) = v {
+            let limit = if name == "releaseName" { 53 } else { 63 };
+            if let Some(problem) = dns1123_label_error(&v.value).or_else(|| {
+                (v.value.len() > limit).then(|| format!("must be at most {limit} characters"))
+            }) {
+                return Err(invalid(
+                    &v.referenced,
+                    field(&format!("helm.{name}")),
+                    format!("`{}` {problem}", v.value),
+                ));
+            }
+        }
+    }
+    if let Some(v) = &h.values
+        && !v.value.is_object()
+    {
+        return Err(invalid(
+            &v.referenced,
+            field("helm.values"),
+            "must be a mapping of values, as in a values.yaml".into(),
+        ));
+    }
+    for (j, f) in h.values_files.iter().enumerate() {
+        if f.value.trim().is_empty() || f.value.starts_with('/') || f.value.contains("://") {
+            return Err(invalid(
+                &f.referenced,
+                field(&format!("helm.valuesFiles[{j}]")),
+                format!(
+                    "`{}` must be a file in the repository, relative to source.path",
+                    f.value
+                ),
+            ));
+        }
+    }
+    if let Some(c) = &h.chart {
+        validate_url(&c.repository, &field("helm.chart.repository"), invalid)?;
+        for (name, v) in [("name", &c.name), ("version", &c.version)] {
+            if v.value.trim().is_empty() {
+                return Err(invalid(
+                    &v.referenced,
+                    field(&format!("helm.chart.{name}")),
+                    "must not be empty".into(),
+                ));
+            }
+        }
+        if let Some(a) = &c.auth
+            && (a.ssh_key.is_some() || a.known_hosts.is_some() || a.insecure_skip_host_key_check)
+        {
+            return Err(invalid(
+                &c.repository.referenced,
+                field("helm.chart.auth"),
+                "a chart repository takes HTTP Basic credentials only: `username` with `password` or `token`".into(),
+            ));
+        }
+    }
+    if let Some(v) = &h.kube_version
+        && v.value.trim().is_empty()
+    {
+        return Err(invalid(
+            &v.referenced,
+            field("helm.kubeVersion"),
+            "must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_url(url: &Spanned<String>, field: &str, invalid: Invalid<'_>) -> Result<(), Error> {
     let v = url.value.as_str();
     let fail = |why: &str| {

@@ -268,6 +268,13 @@ pub enum Mode {
     /// a duplicate key is a warning and the last value is used, as Kubernetes' own YAML reader
     /// does. Every other rule holds.
     Live,
+    /// The output of a renderer (`kustomize build`, `helm template`): read the way kubectl
+    /// reads YAML (`sigs.k8s.io/yaml`, YAML 1.1 scalars as go-yaml v2 resolves them), since that
+    /// is what the chart's or overlay's authors tested with: an unquoted `0644` is the octal
+    /// number 420, `0o17` is 15, `1_000` is 1000, `yes`/`no`/`on`/`off`/`y`/`n` are booleans
+    /// ([`yaml11_scalar`]). The ambiguity errors of [`Mode::Git`] do not apply; every other
+    /// rule does (a duplicate key is an error, label values must be strings).
+    Rendered,
 }
 
 /// Parses one file: every document becomes an object, a skip with a warning, or an error.
@@ -365,7 +372,7 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
         ctx.document(doc, false);
     }
     // Only a file this large can hold an object this large (alias expansion is budgeted).
-    if mode == Mode::Git && text.len() > MAX_OBJECT_BYTES {
+    if mode != Mode::Live && text.len() > MAX_OBJECT_BYTES {
         let mut kept = Vec::with_capacity(out.objects.len());
         for d in std::mem::take(&mut out.objects) {
             let size = d.object.to_json().len();
@@ -551,7 +558,7 @@ impl<'de> Deserialize<'de> for NodeKind {
 /// generated files of many thousands of objects but still bounded.
 fn yaml_options(mode: Mode) -> serde_saphyr::Options {
     let duplicate_keys = match mode {
-        Mode::Git => serde_saphyr::DuplicateKeyPolicy::Error,
+        Mode::Git | Mode::Rendered => serde_saphyr::DuplicateKeyPolicy::Error,
         // Every entry reaches the tree, where the duplicate is reported as a warning.
         Mode::Live => serde_saphyr::DuplicateKeyPolicy::PassThrough,
     };
@@ -1112,6 +1119,12 @@ impl Ctx<'_> {
         Some(match &node.value {
             NodeKind::Null => Value::Null,
             NodeKind::Bool(b) => Value::Bool(*b),
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
+                if self.mode == Mode::Rendered
+                    && let Some(v) = self.raw(node).and_then(|r| yaml11_scalar(r.trim())) =>
+            {
+                self.finite(node, v)?
+            }
             NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
                 self.check_number_spelling(node)?;
                 match node.value {
@@ -1136,6 +1149,13 @@ impl Ctx<'_> {
                     },
                     _ => unreachable!("matched above"),
                 }
+            }
+            NodeKind::Str(s)
+                if self.mode == Mode::Rendered
+                    && self.plain(node, s)
+                    && let Some(v) = yaml11_scalar(s) =>
+            {
+                self.finite(node, v)?
             }
             NodeKind::Str(s) => {
                 if self.mode == Mode::Git
@@ -1215,6 +1235,20 @@ impl Ctx<'_> {
     /// (as `sigs.k8s.io/yaml` does), collections rejected.
     fn key_string(&mut self, k: &Node) -> Option<String> {
         match &k.value {
+            // kubectl reads an unquoted `yes:` key as the boolean, then writes it as `true`.
+            NodeKind::Str(s)
+                if self.mode == Mode::Rendered
+                    && self.plain(k, s)
+                    && let Some(v @ (Value::Bool(_) | Value::Number(_))) = yaml11_scalar(s) =>
+            {
+                Some(v.to_string())
+            }
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
+                if self.mode == Mode::Rendered =>
+            {
+                let raw = self.raw(k).unwrap_or_default().trim().to_string();
+                Some(yaml11_scalar(&raw).map_or(raw, |v| v.to_string()))
+            }
             NodeKind::Str(s) => {
                 // Not `y`/`n`: one-letter keys (coordinates) are common, and rarely meant as
                 // booleans by anyone.
@@ -1268,6 +1302,23 @@ impl Ctx<'_> {
         Some(())
     }
 
+    /// True when the string `value` of `node` was written as a plain scalar (no quotes, not a
+    /// block scalar): only those are resolved by YAML 1.1's rules in [`Mode::Rendered`].
+    fn plain(&self, node: &Node, value: &str) -> bool {
+        self.raw(node).is_some_and(|raw| raw.trim() == value)
+    }
+
+    /// `v` as JSON, or an error at `node` when it is a float JSON cannot hold (`.inf`, `.nan`).
+    fn finite(&mut self, node: &Node, v: Value) -> Option<Value> {
+        match v {
+            Value::Number(_) | Value::Bool(_) => Some(v),
+            _ => {
+                self.error(pos(node), "a number must be finite");
+                None
+            }
+        }
+    }
+
     /// A scalar's source text as a diagnostic may quote it: `` `raw` ``, or `(a Secret's value,
     /// not shown)` inside a Secret.
     fn shown(&self, raw: &str) -> String {
@@ -1288,6 +1339,96 @@ fn yaml11_bool(raw: &str) -> Option<bool> {
         "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => Some(false),
         _ => None,
     }
+}
+
+/// What YAML 1.1, as go-yaml v2 resolves it (the reader of `sigs.k8s.io/yaml`, so of kubectl),
+/// makes of the plain scalar `raw`: a boolean (`yes`, `No`, `on`, `y`, `true`, ...), an integer
+/// (underscores dropped, then Go's `strconv.ParseInt(s, 0, 64)`: `0644` octal, `0o17`, `0x1F`,
+/// `0b101`, a sign allowed), or a float (`1.5e3`, `0789`, `.inf`). `None` for anything else
+/// (strings, `null`, `~`). A float JSON cannot hold comes back as `Value::Null`, for the caller
+/// to refuse.
+pub fn yaml11_scalar(raw: &str) -> Option<Value> {
+    if let Some(b) = yaml11_bool(raw) {
+        return Some(Value::Bool(b));
+    }
+    match raw {
+        "true" | "True" | "TRUE" => return Some(Value::Bool(true)),
+        "false" | "False" | "FALSE" => return Some(Value::Bool(false)),
+        _ => {}
+    }
+    let first = raw.chars().next()?;
+    if !(first.is_ascii_digit() || matches!(first, '+' | '-' | '.')) {
+        return None;
+    }
+    let plain = raw.replace('_', "");
+    let (negative, unsigned) = match plain.as_bytes().first() {
+        Some(b'-') => (true, &plain[1..]),
+        Some(b'+') => (false, &plain[1..]),
+        _ => (false, plain.as_str()),
+    };
+    let (digits, radix) = if let Some(d) = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+    {
+        (d, 16)
+    } else if let Some(d) = unsigned
+        .strip_prefix("0o")
+        .or_else(|| unsigned.strip_prefix("0O"))
+    {
+        (d, 8)
+    } else if let Some(d) = unsigned
+        .strip_prefix("0b")
+        .or_else(|| unsigned.strip_prefix("0B"))
+    {
+        (d, 2)
+    } else if unsigned.len() > 1 && unsigned.starts_with('0') {
+        (&unsigned[1..], 8)
+    } else {
+        (unsigned, 10)
+    };
+    if !digits.is_empty()
+        && !digits.starts_with(['+', '-'])
+        && let Ok(u) = u64::from_str_radix(digits, radix)
+    {
+        if !negative {
+            return Some(Value::from(u));
+        }
+        if let Ok(i) = i64::try_from(u) {
+            return Some(Value::from(-i));
+        }
+        if u == 1 << 63 {
+            return Some(Value::from(i64::MIN));
+        }
+    }
+    // go-yaml v2's float pattern: `[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`, and
+    // `.inf`/`.nan` spellings.
+    let lower = plain.to_ascii_lowercase();
+    let inf = matches!(lower.trim_start_matches(['+', '-']), ".inf");
+    if inf || lower == ".nan" {
+        return Some(Value::Null);
+    }
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(i) => (&unsigned[..i], Some(&unsigned[i + 1..])),
+        None => (unsigned, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((int, frac)) => {
+            (int.is_empty() && !frac.is_empty() && frac.bytes().all(|b| b.is_ascii_digit()))
+                || (!int.is_empty()
+                    && int.bytes().all(|b| b.is_ascii_digit())
+                    && frac.bytes().all(|b| b.is_ascii_digit()))
+        }
+        None => !mantissa.is_empty() && mantissa.bytes().all(|b| b.is_ascii_digit()),
+    };
+    let exponent_ok = exponent.is_none_or(|e| {
+        let e = e.strip_prefix(['+', '-']).unwrap_or(e);
+        !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit())
+    });
+    if mantissa_ok && exponent_ok {
+        let f: f64 = plain.parse().ok()?;
+        return Some(Number::from_f64(f).map_or(Value::Null, Value::Number));
+    }
+    None
 }
 
 /// The kinds Kubernetes serves in its built-in API groups (`kubectl api-resources` on 1.33,

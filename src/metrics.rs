@@ -10,6 +10,8 @@
 //! | `driftless_drift_reverted_total` | counter | app, manager | objects whose drift was reverted; `manager` is the field manager behind the change, from the live object's `managedFields` (Kubernetes), `unknown` where the store keeps none (SQLite, etcd) or no manager is named |
 //! | `driftless_source_fetch_duration_seconds` | histogram | app | duration of one fetch |
 //! | `driftless_source_fetch_errors_total` | counter | app | failed fetches |
+//! | `driftless_renders_total` | counter | app, renderer, result | parts of a desired set a renderer builds, per render pass: `result` is `rendered` (the binary ran and succeeded), `failed` (it ran and failed), `cached` (the output of the same inputs was reused) |
+//! | `driftless_render_duration_seconds` | histogram | app, renderer | duration of one renderer run (`kustomize build`, `helm template`), cached parts not counted |
 //! | `driftless_commit_status_requests_total` | counter | provider, result | requests to the Git host: `result` is `success`, `retry` (5xx/429, retried), `error` (other failures), `capped` (the provider's status limit), `skipped` (the provider already had it) |
 
 use std::collections::HashMap;
@@ -62,6 +64,19 @@ struct ConditionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RenderLabels {
+    app: String,
+    renderer: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RendererLabels {
+    app: String,
+    renderer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     provider: String,
     result: String,
@@ -91,6 +106,8 @@ pub struct Metrics {
     fetch_duration: SecondsHistogram,
     fetch_errors: Family<AppLabel, Counter>,
     status_requests: Family<RequestLabels, Counter>,
+    renders: Family<RenderLabels, Counter>,
+    render_duration: Family<RendererLabels, Histogram, fn() -> Histogram>,
     /// Per app: what was last set (see [`AppSeries`]).
     apps: Mutex<HashMap<String, AppSeries>>,
 }
@@ -114,6 +131,19 @@ impl Metrics {
         let fetch_duration: SecondsHistogram = Family::new_with_constructor(seconds_histogram);
         let fetch_errors = Family::<AppLabel, Counter>::default();
         let status_requests = Family::<RequestLabels, Counter>::default();
+        let renders = Family::<RenderLabels, Counter>::default();
+        let render_duration: Family<RendererLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds_histogram);
+        registry.register(
+            "driftless_renders",
+            "Parts of a desired set a renderer builds, by result (rendered, failed, cached)",
+            renders.clone(),
+        );
+        registry.register(
+            "driftless_render_duration_seconds",
+            "Duration of one renderer run (kustomize build, helm template)",
+            render_duration.clone(),
+        );
         registry.register(
             "driftless_app_info",
             "The app's revision in force, sync status and health (always 1)",
@@ -170,6 +200,8 @@ impl Metrics {
             fetch_duration,
             fetch_errors,
             status_requests,
+            renders,
+            render_duration,
             apps: Mutex::new(HashMap::new()),
         }
     }
@@ -287,6 +319,31 @@ impl Metrics {
         let errors = self.fetch_errors.get_or_create(&label);
         if failed {
             errors.inc();
+        }
+    }
+
+    /// Counts one part of a desired set a renderer built (`rendered`: the binary ran; `ok`:
+    /// it succeeded), and the run's duration.
+    pub fn render(&self, app: &str, renderer: &str, rendered: bool, ok: bool, seconds: f64) {
+        let result = match (rendered, ok) {
+            (false, _) => "cached",
+            (true, true) => "rendered",
+            (true, false) => "failed",
+        };
+        self.renders
+            .get_or_create(&RenderLabels {
+                app: app.into(),
+                renderer: renderer.into(),
+                result: result.into(),
+            })
+            .inc();
+        if rendered {
+            self.render_duration
+                .get_or_create(&RendererLabels {
+                    app: app.into(),
+                    renderer: renderer.into(),
+                })
+                .observe(seconds);
         }
     }
 

@@ -10,8 +10,14 @@
 //! the link's folder, stays inside the repository; any other link is an error diagnostic for the
 //! link's path, and its target is never read.
 
+pub mod charts;
 mod config;
-pub use config::{AuthConfig, SourceConfig, SourceLimitsConfig, VerifyConfig, VerifyMode};
+mod tree;
+pub use config::{
+    AuthConfig, ChartConfig, HelmConfig, KustomizeConfig, RenderTools, SourceConfig,
+    SourceLimitsConfig, VerifyConfig, VerifyMode,
+};
+pub use tree::{Entry, TreeReader};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -188,7 +194,19 @@ pub struct Files {
     pub tree_id: String,
     /// The blob id of each file, by path: equal ids mean equal bytes.
     pub blob_ids: HashMap<String, String>,
+    /// Folders (the path itself included) that hold a kustomization file
+    /// ([`KUSTOMIZATION_FILES`]): the walk did not read into them, since their files are
+    /// rendered by `kustomize build`, never applied one by one (Flux reads an app's path so).
+    pub kustomizations: Vec<String>,
+    /// Folders (the path itself included) that hold a Helm chart (`Chart.yaml`) and no
+    /// kustomization file; likewise not read into.
+    pub charts: Vec<String>,
 }
+
+/// The names `kustomize build` looks for in a folder (`konfig.RecognizedKustomizationFileNames`),
+/// in its order.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
 /// How to authenticate to one repository and check its SSH host key (`source.auth`). Secrets
 /// stay in `secrecy` types; `Debug` shows none of them.
@@ -759,6 +777,8 @@ pub struct GitCache {
     gather: Arc<Mutex<HashMap<PathBuf, Arc<Mutex<Gather>>>>>,
     /// Transfers started (each one listing of a remote, and one fetch when something is new).
     transfers: Arc<std::sync::atomic::AtomicU64>,
+    /// Helm chart repositories (`source.helm.chart`), cached in `<dir>/charts`.
+    charts: Arc<charts::ChartCache>,
 }
 
 /// How long a fetch waits for other apps of the same repository asking at the same moment
@@ -791,13 +811,20 @@ impl Gather {
 impl GitCache {
     /// A cache rooted at `dir` (created on first fetch).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
+            charts: Arc::new(charts::ChartCache::new(dir.join("charts"))),
+            dir,
             locks: Arc::default(),
             auth: Arc::default(),
             gather: Arc::default(),
             transfers: Arc::default(),
         }
+    }
+
+    /// The chart repositories' cache, beside the repositories'.
+    pub fn charts(&self) -> &charts::ChartCache {
+        &self.charts
     }
 
     /// Authenticates every fetch of `url` with `auth` (and checks SSH host keys with it).
@@ -1599,6 +1626,9 @@ struct Walker<'r> {
     stopped: bool,
     /// Which files to read, by path.
     wants: fn(&str) -> bool,
+    /// Stop at folders that hold a kustomization file or a chart, and note them
+    /// ([`Files::kustomizations`], [`Files::charts`]) instead of reading into them.
+    stop_at_rendered: bool,
 }
 
 fn read_files(
@@ -1634,6 +1664,7 @@ fn read_files(
         bytes: 0,
         stopped: false,
         wants,
+        stop_at_rendered: true,
     };
     let tree = if base.is_empty() {
         root
@@ -1767,6 +1798,19 @@ impl<'r> Walker<'r> {
                 ),
             );
             return Ok(());
+        }
+        if self.stop_at_rendered {
+            let has = |name: &str| tree.get_name(name).is_some();
+            if KUSTOMIZATION_FILES.iter().any(|n| has(n)) {
+                self.out.kustomizations.push(prefix.to_string());
+                self.stack.remove(&tree.id());
+                return Ok(());
+            }
+            if has("Chart.yaml") {
+                self.out.charts.push(prefix.to_string());
+                self.stack.remove(&tree.id());
+                return Ok(());
+            }
         }
         for entry in tree.iter() {
             if self.stopped {

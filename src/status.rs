@@ -220,6 +220,13 @@ named! {
         Unreachable,
         /// Another fetch failure.
         FetchFailed,
+        /// A renderer (`kustomize build`, `helm template`) is missing, failed, ran past
+        /// `source.renderTimeout` or printed too much.
+        RenderFailed,
+        /// The chart of `source.helm.chart` cannot be fetched or resolved.
+        ChartUnavailable,
+        /// A chart repository gives another digest for a chart version pinned earlier.
+        ChartDigestChanged,
     }
 }
 

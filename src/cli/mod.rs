@@ -200,6 +200,9 @@ pub enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Print driftless's version and the renderers it runs (`kustomize`, `helm`): where each
+    /// is found (the config's `renderers:`, else the PATH) and the version it reports. Exit 0.
+    Version,
     /// Read and write the store directly, as a person or another controller would.
     Store {
         /// The store command.
@@ -368,8 +371,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<u8> {
             .await
         }
         Command::Status { output } => status_cmd(load_config(config, true)?, output).await,
-        Command::Validate { paths } => Ok(validate(&paths)),
+        Command::Validate { paths } => Ok(validate(&load_config(config, false)?, &paths).await),
         Command::Store { command } => store_cmd(load_config(config, false)?, command).await,
+        Command::Version => version_cmd(&load_config(config, false)?).await,
     }
 }
 

@@ -547,6 +547,32 @@ pub(super) fn health_rules(cfg: &Loaded) -> anyhow::Result<health::CustomRules> 
 pub(super) fn git_cache(cfg: &Loaded) -> anyhow::Result<GitCache> {
     let git = GitCache::new(&cfg.config.cache_dir);
     for (i, app) in cfg.config.apps.iter().enumerate() {
+        if let Some(c) = app
+            .source
+            .helm
+            .as_ref()
+            .and_then(|h| h.value.chart.as_ref())
+            && let Some(a) = &c.auth
+        {
+            let read = |s: &Option<serde_saphyr::Spanned<config::SecretRef>>, key: &str| {
+                read_optional(
+                    cfg,
+                    s.as_ref(),
+                    &format!("apps[{i}].source.helm.chart.auth.{key}"),
+                )
+            };
+            let secret = match read(&a.token, "token")? {
+                Some(t) => Some(t),
+                None => read(&a.password, "password")?,
+            };
+            git.charts().set_credentials(
+                &c.repository.value,
+                source::charts::Credentials {
+                    username: a.username.clone(),
+                    secret,
+                },
+            );
+        }
         let Some(a) = &app.source.auth else {
             continue;
         };

@@ -256,3 +256,15 @@ pub(super) async fn holders(cfg: &Loaded) -> anyhow::Result<Option<BTreeMap<Stri
         }
     }
 }
+
+/// `driftless version`: its own version, then one line per renderer.
+pub(super) async fn version_cmd(cfg: &Loaded) -> anyhow::Result<u8> {
+    outln!("driftless {}", env!("CARGO_PKG_VERSION"));
+    for (name, found) in crate::render::tool_versions(&cfg.config.renderers).await {
+        match found {
+            Ok((path, version)) => outln!("{name} {version} ({})", path.display()),
+            Err(why) => outln!("{name}: not found: {why}"),
+        }
+    }
+    Ok(0)
+}

@@ -1,28 +1,57 @@
-//! `driftless validate`: files and folders parsed the way the agent parses an app's path.
+//! `driftless validate`: files and folders parsed the way the agent parses an app's path, with
+//! folders that hold a kustomization file or a chart rendered by the real `kustomize` and
+//! `helm`.
 
 use super::*;
+use crate::render::{Folder, FolderKind};
 
-/// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors.
-pub(super) fn validate(paths: &[PathBuf]) -> u8 {
+/// `driftless validate`: parse files and folders, print diagnostics, exit 1 on errors. A
+/// folder holding a kustomization file is built with `kustomize build` (its references walked
+/// first, inside the Git work tree it is in); one holding a `Chart.yaml` is rendered with
+/// `helm template` and the default settings; the renderers are found as the config's
+/// `renderers:` says, else on the PATH.
+pub(super) async fn validate(cfg: &Loaded, paths: &[PathBuf]) -> u8 {
     // Each PATH is its own desired set, as each app's folder is: an object declared in two
     // of them is not a duplicate.
+    let tools = cfg.config.renderers.clone();
     let (mut files_n, mut objects, mut skipped, mut errors, mut warnings) = (0, 0, 0, 0, 0);
     for p in paths {
         let mut files: Vec<(String, Vec<u8>)> = Vec::new();
         let mut prior = Vec::new();
-        collect_files(p, &mut files, &mut prior);
-        let set = crate::render::Render::default().render(source::Files {
+        let mut folders = Vec::new();
+        collect_files(p, &mut files, &mut prior, &mut folders);
+        let mut render = crate::render::Render::default();
+        let plain = render.render_files(source::Files {
             files,
             diagnostics: prior,
             ..Default::default()
         });
+        let (rendered, found) = crate::render::render_folders(
+            &folders,
+            &tools,
+            std::time::Duration::from_secs(60),
+            source::Limits::default().max_bytes,
+        )
+        .await;
+        let mut diagnostics = plain.diagnostics.clone();
+        diagnostics.extend(found);
+        let set = manifest::assemble(
+            std::iter::once(manifest::FileResult {
+                objects: plain.objects.into_values().collect(),
+                diagnostics: Vec::new(),
+                skipped: plain.skipped,
+            })
+            .chain(rendered),
+            diagnostics,
+            &manifest::Options::default(),
+        );
         for d in &set.diagnostics {
             outln!("{d}");
         }
         let e = set.diagnostics.iter().filter(|d| d.is_error()).count();
         errors += e;
         warnings += set.diagnostics.len() - e;
-        files_n += set.files;
+        files_n += plain.files + set.files - 1;
         objects += set.objects.len();
         skipped += set.skipped;
     }
@@ -32,23 +61,39 @@ pub(super) fn validate(paths: &[PathBuf]) -> u8 {
     if errors > 0 { 1 } else { 0 }
 }
 
+/// What a folder holds that makes it rendered, not read file by file.
+fn rendered_kind(dir: &Path) -> Option<FolderKind> {
+    if source::KUSTOMIZATION_FILES
+        .iter()
+        .any(|n| dir.join(n).is_file())
+    {
+        Some(FolderKind::Kustomize)
+    } else if dir.join("Chart.yaml").is_file() {
+        Some(FolderKind::Chart)
+    } else {
+        None
+    }
+}
+
 /// Collects the files `validate` reads for one argument. A file named on the command line is
 /// read whatever its name (if it is a regular file). A folder is read as the agent reads an
 /// app's folder in Git: `*.yaml`, `*.yml` and `*.json` recursively, a symlink followed only
 /// when its target stays inside the folder (any other link is an error on the link's path and
 /// its target is never read), a folder reached twice through links is a cycle, and anything
-/// that is not a regular file (a FIFO, a device) is an error.
+/// that is not a regular file (a FIFO, a device) is an error. A folder holding a kustomization
+/// file or a chart goes to `folders` instead of being read.
 pub(super) fn collect_files(
     path: &Path,
     files: &mut Vec<(String, Vec<u8>)>,
     diags: &mut Vec<Diagnostic>,
+    folders: &mut Vec<Folder>,
 ) {
     let shown = path.display().to_string();
     if path.is_dir() {
         match std::fs::canonicalize(path) {
             Ok(root) => {
                 let mut visiting = std::collections::HashSet::new();
-                walk_folder(&root, path, &shown, &mut visiting, files, diags);
+                walk_folder(&root, path, &shown, &mut visiting, files, diags, folders);
             }
             Err(e) => diags.push(Diagnostic::error(
                 &shown,
@@ -100,7 +145,16 @@ pub(super) fn walk_folder(
     visiting: &mut std::collections::HashSet<PathBuf>,
     files: &mut Vec<(String, Vec<u8>)>,
     diags: &mut Vec<Diagnostic>,
+    folders: &mut Vec<Folder>,
 ) {
+    if let Some(kind) = rendered_kind(dir) {
+        folders.push(Folder {
+            shown: shown.to_string(),
+            dir: dir.to_path_buf(),
+            kind,
+        });
+        return;
+    }
     let real = match std::fs::canonicalize(dir) {
         Ok(r) => r,
         Err(e) => {
@@ -162,13 +216,13 @@ pub(super) fn walk_folder(
                     1,
                     format!("symlink `{child_shown}` points outside the folder (`{target}`); it is not followed"),
                 )),
-                Ok(dest) if dest.is_dir() => walk_folder(root, &child, &child_shown, visiting, files, diags),
-                Ok(_) if Renderer::Plain.wants(&name) => read_regular_file(&child, child_shown, files, diags),
+                Ok(dest) if dest.is_dir() => walk_folder(root, &child, &child_shown, visiting, files, diags, folders),
+                Ok(_) if Renderer::Auto.wants(&name) => read_regular_file(&child, child_shown, files, diags),
                 Ok(_) => {}
             }
         } else if lmeta.is_dir() {
-            walk_folder(root, &child, &child_shown, visiting, files, diags);
-        } else if Renderer::Plain.wants(&name) {
+            walk_folder(root, &child, &child_shown, visiting, files, diags, folders);
+        } else if Renderer::Auto.wants(&name) {
             read_regular_file(&child, child_shown, files, diags);
         }
     }

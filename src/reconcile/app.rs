@@ -673,10 +673,11 @@ impl App {
             })
             .unwrap_or_default();
         format!(
-            "repo={} path={} namespace={}{verify}",
+            "repo={} path={} namespace={}{verify}{}",
             source::redact_url(&self.cfg.source.repo.value),
             self.cfg.source.path.value,
-            self.cfg.target.namespace.value
+            self.cfg.target.namespace.value,
+            self.render.identity()
         )
     }
 
@@ -745,6 +746,22 @@ impl App {
             ));
         }
         let revision = fetched.revision.clone();
+        // A chart from a chart repository belongs to the source: resolved (and fetched when
+        // new) before the revision is judged, since a new chart version or digest under the
+        // same commit is a new desired set.
+        if let Err(e) = self.render.resolve_chart(&self.git).await {
+            let message = error_chain(&e);
+            let again =
+                matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
+            if again {
+                tracing::debug!(error = %message, "Chart fetch failed again");
+            } else {
+                tracing::warn!(error = %message, "Chart fetch failed; the revision in force stays enforced");
+            }
+            self.last_attempted = Some(revision.clone());
+            self.problem = Some(revision::render_problem(&e, message));
+            return Err(FetchFailed::Source);
+        }
         let identity = self.source_identity();
         // A set restored from the inventory lacks what was declared but not applied (a
         // conflict): the revision is read again, never taken as in force from it.
@@ -798,9 +815,9 @@ impl App {
                 }
             }
         }
-        let files = match self.render.files(&self.git, &self.cfg, &revision).await {
-            Ok(f) => f,
-            Err(e @ source::Error::PathNotFound { .. }) => {
+        let prepared = match self.render.prepare(&self.git, &self.cfg, &revision).await {
+            Ok(p) => p,
+            Err(crate::render::Error::Source(e @ source::Error::PathNotFound { .. })) => {
                 let message = format!("{e} (source.path in the config)");
                 self.diagnostics = vec![Diagnostic::error(
                     &self.cfg.source.path.value,
@@ -816,19 +833,18 @@ impl App {
             }
             Err(e) => {
                 let message = error_chain(&e);
-                self.problem = Some(Problem::Source {
-                    reason: Reason::FetchFailed,
-                    message,
-                });
+                self.problem = Some(revision::render_problem(&e, message));
                 return Err(FetchFailed::Source);
             }
         };
-        // The same tree read the same way as in force: same objects, only the revision moves.
+        // The same inputs read the same way as in force (the key covers the tree at the path,
+        // what its overlays and charts reach, and the render settings): same objects, only the
+        // revision moves.
         // A commit elsewhere in a monorepo: nothing to parse or plan again; the new commit is
         // what was applied (the inventory keeps the older id until something is written).
         if let Some(f) = &self.in_force
             && f.source == identity
-            && f.tree_id.as_deref() == Some(files.tree_id.as_str())
+            && f.tree_id.as_deref() == Some(prepared.key.as_str())
         {
             tracing::debug!(revision = %revision.short(), path = %self.cfg.source.path.value, "The app's path is unchanged in the new revision; not planned again");
             if self.applied.as_ref() == Some(&f.revision) {
@@ -838,7 +854,7 @@ impl App {
             self.in_force = Some(InForce {
                 revision,
                 source: identity,
-                tree_id: Some(files.tree_id),
+                tree_id: Some(prepared.key),
                 desired,
                 restored: false,
             });
@@ -846,8 +862,28 @@ impl App {
             self.diagnostics.clear();
             return Ok(());
         }
-        let tree_id = files.tree_id.clone();
-        let set = self.render.render(files);
+        let tree_id = prepared.key.clone();
+        let rendered = self.render.render(&self.git, prepared).await;
+        if let Some(m) = &self.metrics {
+            for run in self.render.runs() {
+                m.render(self.name(), run.renderer, run.rendered, run.ok, run.seconds);
+            }
+        }
+        let set = match rendered {
+            Ok(set) => set,
+            Err(e) => {
+                let message = error_chain(&e);
+                let again = matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
+                if again {
+                    tracing::debug!(revision = %revision.short(), error = %message, "Render failed again");
+                } else {
+                    tracing::warn!(revision = %revision.short(), error = %message, "Render failed; the revision in force stays enforced");
+                }
+                self.diagnostics.clear();
+                self.problem = Some(revision::render_problem(&e, message));
+                return Err(FetchFailed::Source);
+            }
+        };
         self.diagnostics = set.diagnostics.clone();
         let owns_objects = self
             .inventory

@@ -528,12 +528,19 @@ impl Previews {
             .await
         {
             Ok(set) => set,
-            Err(e @ crate::source::Error::PathNotFound { .. }) => {
+            Err(crate::render::Error::Source(e @ crate::source::Error::PathNotFound { .. })) => {
                 rec.state = State::Error;
                 rec.description = format!("{e} (source.path in the config)");
                 return Ok(rec);
             }
-            Err(e) => return Err(error_chain(&e)),
+            // The head cannot be rendered (a failing overlay, a chart that does not build):
+            // the preview's error, as an invalid manifest is.
+            Err(e @ crate::render::Error::Source(_)) => return Err(error_chain(&e)),
+            Err(e) => {
+                rec.state = State::Error;
+                rec.description = format!("render failed: {}", error_chain(&e));
+                return Ok(rec);
+            }
         };
         rec.diagnostics = set.diagnostics.clone();
         if let Some(first) = set.first_error() {

@@ -67,6 +67,20 @@ pub(crate) fn fetch_problem(e: &source::Error, message: String) -> Problem {
     Problem::Source { reason, message }
 }
 
+/// The `SourceAvailable=False` problem of a render or chart failure: `ChartDigestChanged` when
+/// a chart repository rewrote a pinned release, `ChartUnavailable` for another chart failure,
+/// `PathNotFound`-like source errors as [`fetch_problem`] names them, else `RenderFailed` (a
+/// renderer missing, failing, hung or too verbose).
+pub(crate) fn render_problem(e: &crate::render::Error, message: String) -> Problem {
+    let reason = match e {
+        crate::render::Error::Source(s) => return fetch_problem(s, message),
+        _ if e.is_digest_change() => Reason::ChartDigestChanged,
+        _ if e.is_chart() => Reason::ChartUnavailable,
+        _ => Reason::RenderFailed,
+    };
+    Problem::Source { reason, message }
+}
+
 /// The `SourceAvailable` message of a good fetch: which ref at which commit, what it was before
 /// when it moved, and a history rewrite (force push) when there was one.
 pub(crate) fn fetch_message(

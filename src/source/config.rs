@@ -36,9 +36,138 @@ pub struct SourceConfig {
     #[serde(default)]
     pub verify: Option<VerifyConfig>,
     /// Bounds on reading the app's path from a Git tree (default: 250,000 entries, 256 MiB,
-    /// 64 folders deep).
+    /// 64 folders deep). A renderer's output counts against `maxBytes` too.
     #[serde(default)]
     pub limits: SourceLimitsConfig,
+    /// Render the path as a Kustomize overlay with `kustomize build`. Without it, a path that
+    /// holds a kustomization file is rendered so anyway (as Flux does); with it, a path without
+    /// one is an error.
+    #[serde(default)]
+    pub kustomize: Option<Spanned<KustomizeConfig>>,
+    /// Render a Helm chart with `helm template`: the chart at the path, or `chart:` from a
+    /// chart repository. Without it, a path that holds a `Chart.yaml` is rendered with the
+    /// defaults below.
+    #[serde(default)]
+    pub helm: Option<Spanned<HelmConfig>>,
+    /// How long one renderer run may take (`kustomize build`, `helm template`). Default `60s`,
+    /// at least 1 second; a run that takes longer is killed (its whole process group) and the
+    /// revision fails with `RenderFailed`.
+    #[serde(default = "default_render_timeout", deserialize_with = "duration")]
+    pub render_timeout: Spanned<Duration>,
+    /// Where the renderers are (the config file's top-level `renderers:`), filled in when the
+    /// file is loaded; not a key of `source:`.
+    #[serde(skip)]
+    pub tools: RenderTools,
+}
+
+/// `apps[].source.kustomize:`. No settings yet: `{}` asks for Kustomize rendering. What Flux's
+/// `Kustomization` or Argo CD's `kustomize:` source sets inline (`images`, `patches`,
+/// `namePrefix`, `components`) belongs in the overlay's own `kustomization.yaml`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KustomizeConfig {}
+
+/// `apps[].source.helm:` the settings of `helm template` (Argo CD's `helm:` source, Flux's
+/// `HelmRelease`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HelmConfig {
+    /// The release name (`.Release.Name`). Default: the app's name.
+    #[serde(default)]
+    pub release_name: Option<Spanned<String>>,
+    /// The release namespace (`helm template --namespace`, `.Release.Namespace`). Default: the
+    /// app's `target.namespace`.
+    #[serde(default)]
+    pub namespace: Option<Spanned<String>>,
+    /// Values files, relative to the app's path (`source.path`) in the repository, in order;
+    /// each must stay inside the repository. Later files win, as with `helm -f a -f b`.
+    #[serde(default)]
+    pub values_files: Vec<Spanned<String>>,
+    /// Values given inline (a mapping); they win over `valuesFiles`, as in Argo CD.
+    #[serde(default)]
+    pub values: Option<Spanned<serde_json::Value>>,
+    /// Render the chart's `crds/` folder too (`--include-crds`). Default true: Argo CD and Flux
+    /// both install a chart's CRDs.
+    #[serde(default = "default_true")]
+    pub include_crds: bool,
+    /// `.Capabilities.KubeVersion` (`--kube-version`, e.g. `1.37.0`). Default: helm's own.
+    #[serde(default)]
+    pub kube_version: Option<Spanned<String>>,
+    /// Extra API versions for `.Capabilities.APIVersions` (`--api-versions`, e.g.
+    /// `monitoring.coreos.com/v1`).
+    #[serde(default)]
+    pub api_versions: Vec<Spanned<String>>,
+    /// Leave out the chart's test hooks (`helm.sh/hook: test`, `--skip-tests`): they are run
+    /// by `helm test`, never part of a release. Default true.
+    #[serde(default = "default_true")]
+    pub skip_tests: bool,
+    /// Leave out every hook (`--no-hooks`). Default false: other hooks (`pre-install`,
+    /// `post-upgrade`, ...) are applied as ordinary objects, since driftless has no hook phases.
+    #[serde(default)]
+    pub no_hooks: bool,
+    /// A chart from a chart repository instead of the chart at the app's path.
+    #[serde(default)]
+    pub chart: Option<ChartConfig>,
+}
+
+/// `apps[].source.helm.chart:` a chart in a Helm chart repository (an HTTP server with an
+/// `index.yaml`, as `helm repo add` takes). It is fetched in the source stage: the version
+/// resolved in the index, the archive downloaded once and its digest pinned; rendering is
+/// offline. OCI registries are not supported.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChartConfig {
+    /// The repository's URL (`https://...`, or `http://` on loopback), the folder of its
+    /// `index.yaml`.
+    pub repository: Spanned<String>,
+    /// The chart's name in the index.
+    pub name: Spanned<String>,
+    /// An exact version (`6.5.0`) or a semver range (`>=6.0.0 <7`, `6.x`, `^6.1`, `~6.1.2`):
+    /// the newest version in the index that matches.
+    pub version: Spanned<String>,
+    /// Credentials for the repository (HTTP Basic: `username` with `password` or `token`),
+    /// sent to the repository's host only.
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+}
+
+/// Where the renderers are: the config file's top-level `renderers:` (each path relative to
+/// the config file's folder), else `kustomize` and `helm` on the `PATH`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RenderTools {
+    /// The `kustomize` binary.
+    #[serde(default)]
+    pub kustomize: Option<std::path::PathBuf>,
+    /// The `helm` binary.
+    #[serde(default)]
+    pub helm: Option<std::path::PathBuf>,
+}
+
+impl Default for HelmConfig {
+    /// The settings of a chart found at the app's path without `source.helm`.
+    fn default() -> Self {
+        Self {
+            release_name: None,
+            namespace: None,
+            values_files: Vec::new(),
+            values: None,
+            include_crds: true,
+            kube_version: None,
+            api_versions: Vec::new(),
+            skip_tests: true,
+            no_hooks: false,
+            chart: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_render_timeout() -> Spanned<Duration> {
+    unspanned(Duration::from_secs(60))
 }
 
 /// `apps[].source.limits:` bounds on reading the app's path from a Git tree

@@ -1,0 +1,717 @@
+//! Helm chart repositories, fetched in the source stage so that rendering stays offline.
+//!
+//! A chart repository is an HTTP folder with an `index.yaml` (Helm's "chart repository guide":
+//! `entries: {<name>: [{version, urls, digest, ...}]}`) and the chart archives it names. For
+//! `source.helm.chart` the cache resolves the version in the index (an exact version, or the
+//! newest that a semver range matches), downloads the archive once, checks it against the
+//! index's `digest` (the archive's SHA-256, as `helm repo index` writes it), and keeps it on
+//! disk as `<cache>/charts/<repository-hash>/<name>-<version>-<digest>.tgz`. The first digest
+//! seen for a (repository, name, version) is pinned beside it: a repository that later gives
+//! another digest for the same version rewrote a release, and that is an error, never a
+//! silent change of what is applied.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::redact_url;
+
+/// The largest `index.yaml` read: 64 MiB (public indexes with thousands of versions are a few
+/// tens of MB).
+pub const MAX_INDEX_BYTES: usize = 64 << 20;
+/// The largest chart archive downloaded: 64 MiB.
+pub const MAX_CHART_BYTES: usize = 64 << 20;
+
+/// Errors of a chart repository.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The HTTP client could not be built (no TLS roots).
+    #[error("cannot build the HTTP client for chart repositories")]
+    ClientFailed(#[source] reqwest::Error),
+    /// The request failed: unreachable, refused, timed out, or the body broke off.
+    #[error("cannot fetch {url}")]
+    RequestFailed {
+        /// The URL, credentials removed.
+        url: String,
+        /// The transport's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The repository answered with an error status.
+    #[error("{url} answered HTTP {status}")]
+    Status {
+        /// The URL, credentials removed.
+        url: String,
+        /// The HTTP status code.
+        status: u16,
+    },
+    /// The body was larger than the limit.
+    #[error("{url} is larger than {limit} bytes")]
+    TooLarge {
+        /// The URL, credentials removed.
+        url: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// `index.yaml` is not a chart repository index.
+    #[error("{url} is not a chart repository index: {message}")]
+    IndexInvalid {
+        /// The index URL.
+        url: String,
+        /// What is wrong, with its line.
+        message: String,
+    },
+    /// The index has no chart of that name.
+    #[error("chart `{name}` is not in the index of {repository}")]
+    ChartNotFound {
+        /// The chart's name.
+        name: String,
+        /// The repository URL.
+        repository: String,
+    },
+    /// `version` is neither a version nor a range.
+    #[error("`{version}` is not a chart version or a semver range: {message}")]
+    InvalidVersion {
+        /// The version as configured.
+        version: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No version of the chart matches.
+    #[error("no version of chart `{name}` matches `{version}` in {repository} (newest: {newest})")]
+    NoMatchingVersion {
+        /// The chart's name.
+        name: String,
+        /// The version or range as configured.
+        version: String,
+        /// The repository URL.
+        repository: String,
+        /// The newest version the index has.
+        newest: String,
+    },
+    /// The index entry names no archive URL.
+    #[error("chart `{name}` {version} has no download URL in the index")]
+    NoUrl {
+        /// The chart's name.
+        name: String,
+        /// Its version.
+        version: String,
+    },
+    /// The archive downloaded does not have the digest the index gives.
+    #[error(
+        "chart `{name}` {version}: the archive's SHA-256 is {actual}, the index says {expected}; not used"
+    )]
+    DigestMismatch {
+        /// The chart's name.
+        name: String,
+        /// Its version.
+        version: String,
+        /// The index's digest.
+        expected: String,
+        /// The archive's.
+        actual: String,
+    },
+    /// The repository now gives another digest for a version pinned earlier: it rewrote a
+    /// release.
+    #[error(
+        "chart `{name}` {version} changed: its digest was {pinned} and is now {now}; a chart repository must not rewrite a release (publish a new version); the chart as pinned stays in force"
+    )]
+    DigestChanged {
+        /// The chart's name.
+        name: String,
+        /// Its version.
+        version: String,
+        /// The digest pinned at the first fetch.
+        pinned: String,
+        /// The digest the repository gives now.
+        now: String,
+    },
+    /// The cache folder could not be written.
+    #[error("cannot write the chart cache at {path}")]
+    CacheFailed {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Credentials for a chart repository: HTTP Basic, sent only to the repository's own host
+/// (as `helm repo add` without `--pass-credentials`).
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// The username (default `driftless`).
+    pub username: Option<String>,
+    /// The password or token.
+    pub secret: Option<SecretString>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("secret", &self.secret.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// A chart fetched and pinned: what the render stage runs `helm template` on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chart {
+    /// The repository URL, credentials removed.
+    pub repository: String,
+    /// The chart's name.
+    pub name: String,
+    /// The version resolved.
+    pub version: String,
+    /// The archive's SHA-256, lowercase hex.
+    pub digest: String,
+    /// The archive in the cache.
+    pub archive: PathBuf,
+}
+
+/// One entry of `index.yaml` (the fields driftless reads; others are ignored).
+#[derive(Clone, Debug, Deserialize)]
+struct IndexEntry {
+    version: String,
+    #[serde(default)]
+    urls: Vec<String>,
+    #[serde(default)]
+    digest: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Index {
+    #[serde(default)]
+    entries: HashMap<String, Vec<IndexEntry>>,
+}
+
+/// The last index read from a repository, with its `ETag` for a conditional request.
+#[derive(Debug)]
+struct CachedIndex {
+    etag: Option<String>,
+    entries: Arc<HashMap<String, Vec<IndexEntry>>>,
+}
+
+/// The chart cache: indexes (in memory, revalidated with `ETag`), archives and pins (on disk).
+#[derive(Debug)]
+pub struct ChartCache {
+    dir: PathBuf,
+    client: OnceLock<reqwest::Client>,
+    indexes: Mutex<HashMap<String, CachedIndex>>,
+    /// Credentials by repository URL (as configured, trailing `/` removed).
+    credentials: Mutex<HashMap<String, Credentials>>,
+}
+
+impl ChartCache {
+    /// A cache in `dir` (created at the first download).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            client: OnceLock::new(),
+            indexes: Mutex::default(),
+            credentials: Mutex::default(),
+        }
+    }
+
+    /// Authenticates every request to `repository` (and only to its host) with `credentials`.
+    pub fn set_credentials(&self, repository: &str, credentials: Credentials) {
+        self.credentials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(repository.trim_end_matches('/').to_string(), credentials);
+    }
+
+    fn client(&self) -> Result<&reqwest::Client, Error> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let c = reqwest::Client::builder()
+            .user_agent(concat!("driftless/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(Error::ClientFailed)?;
+        Ok(self.client.get_or_init(|| c))
+    }
+
+    /// Resolves `version` of chart `name` in `repository`'s index, downloads its archive when
+    /// the cache lacks it, and returns it pinned. Every request is bounded by `timeout`; the
+    /// credentials set for the repository go with requests to its host.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RequestFailed`], [`Error::Status`], [`Error::TooLarge`] for the transfers;
+    /// [`Error::IndexInvalid`], [`Error::ChartNotFound`], [`Error::InvalidVersion`],
+    /// [`Error::NoMatchingVersion`], [`Error::NoUrl`] for the index; [`Error::DigestMismatch`]
+    /// and [`Error::DigestChanged`] for the archive; [`Error::CacheFailed`].
+    pub async fn resolve(
+        &self,
+        repository: &str,
+        name: &str,
+        version: &str,
+        timeout: Duration,
+    ) -> Result<Chart, Error> {
+        let base = repository.trim_end_matches('/').to_string();
+        let credentials = self
+            .credentials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&base)
+            .cloned();
+        let credentials = credentials.as_ref();
+        let shown = redact_url(&base);
+        let span = tracing::info_span!("chart_fetch", repository = %shown, chart = %name);
+        let entries = self.index(&base, credentials, timeout).await?;
+        let list = entries.get(name).ok_or_else(|| Error::ChartNotFound {
+            name: name.to_string(),
+            repository: shown.clone(),
+        })?;
+        let entry = pick(list, version).map_err(|e| match e {
+            Pick::Invalid(message) => Error::InvalidVersion {
+                version: version.to_string(),
+                message,
+            },
+            Pick::None(newest) => Error::NoMatchingVersion {
+                name: name.to_string(),
+                version: version.to_string(),
+                repository: shown.clone(),
+                newest,
+            },
+        })?;
+        let folder = self.dir.join(repo_folder(&base));
+        let pin = folder.join(format!("{}-{}.sha256", safe(name), safe(&entry.version)));
+        let pinned = std::fs::read_to_string(&pin)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        let indexed = entry
+            .digest
+            .as_deref()
+            .map(|d| d.trim().trim_start_matches("sha256:").to_ascii_lowercase())
+            .filter(|d| !d.is_empty());
+        if let (Some(p), Some(d)) = (&pinned, &indexed)
+            && p != d
+        {
+            return Err(Error::DigestChanged {
+                name: name.to_string(),
+                version: entry.version.clone(),
+                pinned: p.clone(),
+                now: d.clone(),
+            });
+        }
+        // The archive we have, if its digest is the expected one (pinned, else indexed).
+        if let Some(d) = pinned.as_ref().or(indexed.as_ref()) {
+            let archive = folder.join(archive_name(name, &entry.version, d));
+            if let Ok(bytes) = std::fs::read(&archive)
+                && hex(&Sha256::digest(&bytes)) == *d
+            {
+                if pinned.is_none() {
+                    write_atomic(&pin, d.as_bytes())?;
+                }
+                return Ok(Chart {
+                    repository: shown,
+                    name: name.to_string(),
+                    version: entry.version.clone(),
+                    digest: d.clone(),
+                    archive,
+                });
+            }
+        }
+        let url = entry
+            .urls
+            .first()
+            .ok_or_else(|| Error::NoUrl {
+                name: name.to_string(),
+                version: entry.version.clone(),
+            })
+            .map(|u| absolute_url(&base, u))?;
+        let bytes = self
+            .get(&url, &base, credentials, timeout, MAX_CHART_BYTES, None)
+            .await?
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+        let actual = hex(&Sha256::digest(&bytes));
+        if let Some(expected) = &indexed
+            && *expected != actual
+        {
+            return Err(Error::DigestMismatch {
+                name: name.to_string(),
+                version: entry.version.clone(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        if let Some(p) = &pinned
+            && *p != actual
+        {
+            return Err(Error::DigestChanged {
+                name: name.to_string(),
+                version: entry.version.clone(),
+                pinned: p.clone(),
+                now: actual,
+            });
+        }
+        let archive = folder.join(archive_name(name, &entry.version, &actual));
+        write_atomic(&archive, &bytes)?;
+        if pinned.is_none() {
+            write_atomic(&pin, actual.as_bytes())?;
+        }
+        tracing::info!(parent: &span, version = %entry.version, digest = %&actual[..12], "Chart downloaded");
+        Ok(Chart {
+            repository: shown,
+            name: name.to_string(),
+            version: entry.version.clone(),
+            digest: actual,
+            archive,
+        })
+    }
+
+    /// The index of `base`, from memory when the repository says it has not changed (304).
+    async fn index(
+        &self,
+        base: &str,
+        credentials: Option<&Credentials>,
+        timeout: Duration,
+    ) -> Result<Arc<HashMap<String, Vec<IndexEntry>>>, Error> {
+        let url = format!("{base}/index.yaml");
+        let (etag, known) = {
+            let cached = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+            match cached.get(base) {
+                Some(c) => (c.etag.clone(), Some(c.entries.clone())),
+                None => (None, None),
+            }
+        };
+        let got = self
+            .get(
+                &url,
+                base,
+                credentials,
+                timeout,
+                MAX_INDEX_BYTES,
+                etag.as_deref(),
+            )
+            .await?;
+        let Some((bytes, etag)) = got else {
+            // 304 Not Modified: what we have is current.
+            return known.ok_or_else(|| Error::IndexInvalid {
+                url: redact_url(&url),
+                message: "answered 304 to a request that was not conditional".into(),
+            });
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let options = serde_saphyr::options! {
+            with_snippet: false,
+            budget: serde_saphyr::budget! {
+                max_documents: 4,
+                max_nodes: 50_000_000,
+                max_events: 100_000_000,
+                max_depth: 64,
+            },
+        };
+        let index: Index = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
+            let (line, column, message) = crate::yaml::error_parts(&e);
+            Error::IndexInvalid {
+                url: redact_url(&url),
+                message: format!("line {line} column {column}: {message}"),
+            }
+        })?;
+        let entries = Arc::new(index.entries);
+        self.indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                base.to_string(),
+                CachedIndex {
+                    etag,
+                    entries: entries.clone(),
+                },
+            );
+        Ok(entries)
+    }
+
+    /// GETs `url` (credentials only when it is on `base`'s host), at most `limit` bytes.
+    /// `Ok(None)` for 304 to a request with `If-None-Match: etag`; else the body and its ETag.
+    async fn get(
+        &self,
+        url: &str,
+        base: &str,
+        credentials: Option<&Credentials>,
+        timeout: Duration,
+        limit: usize,
+        etag: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>, Error> {
+        let shown = redact_url(url);
+        let failed = |source| Error::RequestFailed {
+            url: shown.clone(),
+            source,
+        };
+        let mut req = self.client()?.get(url).timeout(timeout);
+        if let Some(c) = credentials
+            && same_host(url, base)
+        {
+            let user = c.username.clone().unwrap_or_else(|| "driftless".into());
+            req = req.basic_auth(
+                user,
+                c.secret.as_ref().map(|s| s.expose_secret().to_string()),
+            );
+        }
+        if let Some(e) = etag {
+            req = req.header(reqwest::header::IF_NONE_MATCH, e);
+        }
+        let mut resp = req.send().await.map_err(failed)?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_MODIFIED && etag.is_some() {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(Error::Status {
+                url: shown,
+                status: status.as_u16(),
+            });
+        }
+        let etag = resp
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if resp.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(Error::TooLarge { url: shown, limit });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(failed)? {
+            body.extend_from_slice(&chunk);
+            if body.len() > limit {
+                return Err(Error::TooLarge { url: shown, limit });
+            }
+        }
+        Ok(Some((body, etag)))
+    }
+}
+
+/// Why no version was picked.
+enum Pick {
+    /// The version is neither a version nor a range.
+    Invalid(String),
+    /// Nothing matches; the newest version there is.
+    None(String),
+}
+
+/// The entry `wanted` names: the exact version when the index has it, else the newest that
+/// the range matches (Helm's range syntax, [`version_req`]).
+fn pick<'e>(list: &'e [IndexEntry], wanted: &str) -> Result<&'e IndexEntry, Pick> {
+    let wanted = wanted.trim();
+    let plain = wanted.trim_start_matches('v');
+    if let Some(e) = list
+        .iter()
+        .find(|e| e.version == wanted || e.version.trim_start_matches('v') == plain)
+    {
+        return Ok(e);
+    }
+    let req = version_req(wanted).map_err(Pick::Invalid)?;
+    let parsed = |e: &IndexEntry| semver::Version::parse(e.version.trim_start_matches('v')).ok();
+    let newest = list
+        .iter()
+        .filter_map(|e| parsed(e).map(|v| (v, e)))
+        .max_by(|a, b| a.0.cmp(&b.0));
+    list.iter()
+        .filter_map(|e| parsed(e).map(|v| (v, e)))
+        .filter(|(v, _)| req.iter().any(|r| r.matches(v)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, e)| e)
+        .ok_or_else(|| Pick::None(newest.map_or_else(|| "none".into(), |(v, _)| v.to_string())))
+}
+
+/// A Helm (Masterminds semver) version constraint as Rust semver requirements, one per `||`
+/// alternative: comparators separated by spaces or commas are all required; a bare version is
+/// exact (Masterminds' `1.2.3` means `=1.2.3`, where Rust's means `^1.2.3`); `x`/`X` are
+/// wildcards; `1.2 - 1.4` is `>=1.2, <=1.4`.
+fn version_req(text: &str) -> Result<Vec<semver::VersionReq>, String> {
+    let mut out = Vec::new();
+    for alternative in text.split("||") {
+        let alternative = alternative.trim();
+        let comparators: Vec<String> = if let Some((lo, hi)) = alternative.split_once(" - ") {
+            vec![format!(">={}", lo.trim()), format!("<={}", hi.trim())]
+        } else {
+            // `>= 1.2` written with a space: join an operator to its version.
+            let mut parts: Vec<String> = Vec::new();
+            for word in alternative.split([' ', ',']).filter(|w| !w.is_empty()) {
+                match parts.last_mut() {
+                    Some(last) if last.chars().all(|c| "<>=!~^".contains(c)) => last.push_str(word),
+                    _ => parts.push(word.to_string()),
+                }
+            }
+            parts
+        };
+        if comparators.is_empty() {
+            return Err("empty".into());
+        }
+        let joined: Vec<String> = comparators
+            .iter()
+            .map(|c| {
+                let c = c.replace(['x', 'X'], "*");
+                let c = c.trim_start_matches('v').to_string();
+                let op_end = c
+                    .find(|ch: char| ch.is_ascii_digit() || ch == '*')
+                    .unwrap_or(0);
+                let (op, v) = c.split_at(op_end);
+                let v = v.trim_start_matches('v');
+                if op.is_empty() && !v.contains('*') {
+                    format!("={v}")
+                } else {
+                    format!("{op}{v}")
+                }
+            })
+            .collect();
+        out.push(semver::VersionReq::parse(&joined.join(", ")).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `<host>-<hash>`: the cache folder of one repository URL.
+fn repo_folder(base: &str) -> String {
+    let hash = hex(&Sha256::digest(base.as_bytes()));
+    let host: String = redact_url(base)
+        .split("://")
+        .nth(1)
+        .unwrap_or("repo")
+        .split(['/', ':', '@'])
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("{host}-{}", &hash[..12])
+}
+
+/// A name or version fit for a file name.
+fn safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._+-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn archive_name(name: &str, version: &str, digest: &str) -> String {
+    format!(
+        "{}-{}-{}.tgz",
+        safe(name),
+        safe(version),
+        &digest[..digest.len().min(16)]
+    )
+}
+
+/// An index's URL for an archive: absolute as given, else relative to the repository.
+fn absolute_url(base: &str, url: &str) -> String {
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!(
+            "{base}/{}",
+            url.trim_start_matches("./").trim_start_matches('/')
+        )
+    }
+}
+
+/// True when `url` is on the same scheme, host and port as `base`.
+fn same_host(url: &str, base: &str) -> bool {
+    let origin = |u: &str| -> Option<String> {
+        let (scheme, rest) = u.split_once("://")?;
+        let host = rest.split('/').next()?;
+        let host = host.rsplit('@').next()?;
+        Some(format!("{scheme}://{}", host.to_ascii_lowercase()))
+    };
+    origin(url).is_some() && origin(url) == origin(base)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let failed = |source| Error::CacheFailed {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.partial",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).map_err(failed)?;
+    std::fs::rename(&tmp, path).map_err(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(versions: &[&str]) -> Vec<IndexEntry> {
+        versions
+            .iter()
+            .map(|v| IndexEntry {
+                version: v.to_string(),
+                urls: vec![format!("c-{v}.tgz")],
+                digest: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_version_is_exact_and_a_range_takes_the_newest_match() {
+        let list = entries(&["1.0.0", "1.2.0", "1.10.1", "2.0.0", "2.1.0-rc.1"]);
+        let v = |w: &str| pick(&list, w).ok().map(|e| e.version.clone());
+        assert_eq!(v("1.2.0").as_deref(), Some("1.2.0"));
+        assert_eq!(v("v1.2.0").as_deref(), Some("1.2.0"));
+        assert_eq!(v(">=1.0.0 <2").as_deref(), Some("1.10.1"));
+        assert_eq!(v(">= 1.0, < 2.0").as_deref(), Some("1.10.1"));
+        assert_eq!(v("1.x").as_deref(), Some("1.10.1"));
+        assert_eq!(v("^1.2").as_deref(), Some("1.10.1"));
+        assert_eq!(v("~1.2").as_deref(), Some("1.2.0"));
+        assert_eq!(v("1.0 - 1.5").as_deref(), Some("1.2.0"));
+        assert_eq!(v("<1 || >=2").as_deref(), Some("2.0.0"));
+        assert_eq!(
+            v("*").as_deref(),
+            Some("2.0.0"),
+            "no prerelease unless asked"
+        );
+        assert!(matches!(pick(&list, "3.x"), Err(Pick::None(n)) if n == "2.1.0-rc.1"));
+        assert!(matches!(
+            pick(&list, "not a version"),
+            Err(Pick::Invalid(_))
+        ));
+        // A bare version the index lacks is exact, never a caret range.
+        assert!(matches!(pick(&list, "1.1.0"), Err(Pick::None(_))));
+    }
+
+    #[test]
+    fn credentials_go_to_the_repository_host_only() {
+        let base = "https://charts.example.com/stable";
+        assert!(same_host("https://charts.example.com/stable/x-1.tgz", base));
+        assert!(same_host("https://CHARTS.example.com/other/x.tgz", base));
+        assert!(!same_host("https://cdn.example.net/x.tgz", base));
+        assert!(!same_host("http://charts.example.com/x.tgz", base));
+        assert_eq!(absolute_url(base, "x-1.tgz"), format!("{base}/x-1.tgz"));
+        assert_eq!(absolute_url(base, "https://cdn/x.tgz"), "https://cdn/x.tgz");
+    }
+}
