@@ -1,5 +1,5 @@
-# driftless container image: a release build with the etcd and kubernetes features, on a slim
-# non-root runtime.
+# driftless container image: a release build with the etcd and kubernetes features, and the
+# pinned kustomize and helm it renders overlays and charts with, on a slim non-root runtime.
 #   docker build -t driftless .
 #   docker run --rm -v "$PWD/config:/etc/driftless/config:ro" -p 7777:7777 driftless
 # The image runs `driftless -c /etc/driftless/config/driftless.yaml run`; mount your config
@@ -18,6 +18,19 @@ COPY benches benches
 RUN cargo build --release --locked --features etcd,kubernetes \
  && cp target/release/driftless /driftless
 
+# --- renderers: kustomize and helm at the versions tools/ pins (go.mod + go.sum) ---
+FROM golang:1.26-bookworm AS renderers
+ENV GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
+WORKDIR /tools
+COPY tools/kustomize kustomize
+COPY tools/helm helm
+# The version each go.mod requires, stamped into the binary as scripts/test does.
+RUN pinned() { awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m { print $2; exit }' "$1/go.mod"; } \
+ && v=$(pinned kustomize sigs.k8s.io/kustomize/kustomize/v5) \
+ && (cd kustomize && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=$v" -o /out/kustomize sigs.k8s.io/kustomize/kustomize/v5) \
+ && v=$(pinned helm helm.sh/helm/v4) \
+ && (cd helm && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$v" -o /out/helm helm.sh/helm/v4/cmd/helm)
+
 # --- runtime ---
 FROM debian:bookworm-slim
 # libssl3 and zlib: libgit2 (linked dynamically); ca-certificates: the roots of https Git
@@ -29,6 +42,8 @@ RUN apt-get update \
  && mkdir -p /var/lib/driftless /etc/driftless/config \
  && chown 65532:65532 /var/lib/driftless
 COPY --from=build /driftless /usr/local/bin/driftless
+# The renderers of Kustomize overlays and Helm charts (`driftless version` shows them).
+COPY --from=renderers /out/kustomize /out/helm /usr/local/bin/
 USER 65532:65532
 WORKDIR /var/lib/driftless
 ENV RUST_LOG=info

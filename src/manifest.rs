@@ -147,8 +147,8 @@ impl Default for Options {
 }
 
 /// True for the file names driftless reads as manifests: `*.yaml`, `*.yml`, `*.json`, and
-/// `Kustomization` (kustomize's third name for its file, without an extension), which is read
-/// only to be refused (a folder that needs rendering).
+/// `Kustomization` (kustomize's third name for its file, without an extension), which a plain
+/// read refuses (its folder is rendered, [`crate::source::KUSTOMIZATION_FILES`]).
 pub fn is_manifest_path(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name == "Kustomization"
@@ -310,7 +310,7 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
             1,
             1,
             format!(
-                "{what}: driftless does not render it yet, and applying the folder's files as plain manifests would apply the wrong objects; point `source.path` at a folder of plain manifests (for example the committed output of `kustomize build` or `helm template`); nothing applied"
+                "{what}: its folder is rendered (`kustomize build`, `helm template`), never read file by file; validate or sync the folder instead of this file; nothing applied"
             ),
         ));
         return out;
@@ -796,7 +796,7 @@ impl Ctx<'_> {
         if api_version_s.starts_with("kustomize.config.k8s.io/") {
             self.error(
                 at,
-                format!("{kind_s} ({api_version_s}) configures kustomize and is not an object: driftless does not render Kustomize yet; point `source.path` at a folder of plain manifests; nothing applied"),
+                format!("{kind_s} ({api_version_s}) configures kustomize and is not an object: name the file `kustomization.yaml` so that its folder is built with `kustomize build`; nothing applied"),
             );
             return;
         }
@@ -966,12 +966,9 @@ impl Ctx<'_> {
             let mut found = Vec::new();
             walk_steps(doc, path, String::new(), &mut found);
             for (field, node) in found {
-                if !matches!(
-                    node.value,
-                    NodeKind::Bool(_) | NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
-                ) {
+                let Some(what) = self.not_a_string(node) else {
                     continue;
-                }
+                };
                 let hint = if secret {
                     ": quote the value (not shown: this is a Secret)".to_string()
                 } else {
@@ -981,8 +978,7 @@ impl Ctx<'_> {
                 self.error(
                     pos(node),
                     format!(
-                        "`{field}` must be a string (the Kubernetes API types it so), not {}{hint}",
-                        node_type(&node.value)
+                        "`{field}` must be a string (the Kubernetes API types it so), not {what}{hint}"
                     ),
                 );
             }
@@ -1084,6 +1080,17 @@ impl Ctx<'_> {
                     self.error(pos(k), format!("invalid {field} key `{key}`: {p}"));
                 }
                 match &v.value {
+                    NodeKind::Str(_) if self.not_a_string(v).is_some() => {
+                        let raw = self.raw(v).unwrap_or("").trim();
+                        let singular = &field[..field.len() - 1];
+                        self.error(
+                            pos(v),
+                            format!(
+                                "value of {singular} `{key}` must be a string, not {} as kubectl reads it (YAML 1.1): write `{key}: \"{raw}\"`",
+                                self.not_a_string(v).unwrap_or_default()
+                            ),
+                        );
+                    }
                     NodeKind::Str(s) => {
                         if field == "labels"
                             && let Some(p) = object::label_value_error(s)
@@ -1300,6 +1307,24 @@ impl Ctx<'_> {
             return None;
         }
         Some(())
+    }
+
+    /// What a scalar that is not a string is (`a number`, `a boolean`), as this mode reads it
+    /// (in [`Mode::Rendered`], an unquoted `yes` is a boolean); `None` for a string or a
+    /// collection.
+    fn not_a_string(&self, node: &Node) -> Option<&'static str> {
+        match &node.value {
+            NodeKind::Bool(_) => Some("a boolean"),
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => Some("a number"),
+            NodeKind::Str(s) if self.mode == Mode::Rendered && self.plain(node, s) => {
+                match yaml11_scalar(s) {
+                    Some(Value::Bool(_)) => Some("a boolean"),
+                    Some(_) => Some("a number"),
+                    None => None,
+                }
+            }
+            _ => None,
+        }
     }
 
     /// True when the string `value` of `node` was written as a plain scalar (no quotes, not a
@@ -1952,6 +1977,68 @@ mod tests {
     }
 
     #[test]
+    fn rendered_output_is_read_as_kubectl_reads_it() {
+        let src = "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\ntype: Opaque\nimmutable: yes\nx:\n  mode: 0644\n  o: 0o17\n  b: 0b101\n  u: 1_000\n  h: 0x1F\n  f: 0789\n  s: \"0644\"\n  q: '0644'\n  neg: -012\n  on: off\n  v: v1.2\n  t: 1.20\n";
+        let r = parse_file_with("rendered.yaml", src.as_bytes(), Mode::Rendered);
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        let o = &r.objects[0].object;
+        assert_eq!(o.get("immutable"), Some(&json!(true)));
+        assert_eq!(
+            o.get("x"),
+            Some(
+                &json!({"mode": 420, "o": 15, "b": 5, "u": 1000, "h": 31, "f": 789.0, "s": "0644", "q": "0644", "neg": -10, "true": false, "v": "v1.2", "t": 1.2})
+            )
+        );
+        // The same text from Git is refused where the readings differ.
+        let git = parse_file("git.yaml", src.as_bytes());
+        assert!(errors(&git).len() >= 5, "{:?}", git.diagnostics);
+        // Strings the API types as strings are still checked: kubectl would refuse them too.
+        let bad = parse_file_with(
+            "r.yaml",
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, labels: {l: yes}}\ndata: {k: 0644}\n",
+            Mode::Rendered,
+        );
+        let e = errors(&bad);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(
+            e[0].contains("value of label `l` must be a string, not a boolean"),
+            "{e:?}"
+        );
+        assert!(e[1].contains("`data.k` must be a string"), "{e:?}");
+    }
+
+    #[test]
+    fn yaml11_scalars_resolve_as_go_yaml_v2_does() {
+        for (raw, want) in [
+            ("0644", json!(420)),
+            ("-0o10", json!(-8)),
+            ("+7", json!(7)),
+            ("1e3", json!(1000.0)),
+            (".5", json!(0.5)),
+            ("Off", json!(false)),
+            ("Y", json!(true)),
+            ("TRUE", json!(true)),
+        ] {
+            assert_eq!(yaml11_scalar(raw), Some(want), "{raw}");
+        }
+        // `n` is YAML 1.1's false, even as a key.
+        assert_eq!(yaml11_scalar("n"), Some(json!(false)));
+        assert_eq!(
+            yaml11_scalar("1_"),
+            Some(json!(1)),
+            "underscores are dropped first"
+        );
+        for raw in ["0x", "1.2.3", "v1", "-", "08:00", "abc", ""] {
+            assert_eq!(yaml11_scalar(raw), None, "{raw}");
+        }
+        assert_eq!(
+            yaml11_scalar(".inf"),
+            Some(Value::Null),
+            "refused by the caller"
+        );
+    }
+
+    #[test]
     fn ambiguous_number_explains_each_legacy_form() {
         let same = ambiguous_number("007").unwrap();
         assert!(
@@ -2077,7 +2164,7 @@ mod tests {
             "{:?}",
             errors(&svc)
         );
-        // Kustomize's extension-less file name is read (to be refused).
+        // Kustomize's extension-less file name is read (a plain read refuses it).
         assert!(is_manifest_path("overlay/Kustomization"));
         assert!(!is_manifest_path("overlay/Makefile"));
         // Other kinds and other fields are left alone.
@@ -2087,7 +2174,7 @@ mod tests {
     }
 
     #[test]
-    fn a_kustomization_or_a_chart_is_an_error_until_rendering_exists() {
+    fn a_kustomization_or_a_chart_read_as_a_plain_file_is_an_error() {
         let k = one(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [a.yaml]\n",
         );

@@ -84,8 +84,8 @@ fn every_corpus_file_gives_an_object_a_skip_or_an_error_with_its_line() {
     // The numbers as reviewed by hand: 27 errors in 20 files (duplicate keys in 5 archived
     // manifests; `{{...}}` templates in 4 vitess and 2 newrelic files, two of the vitess files
     // with templates both in metadata and in the spec, all reported in one round; two kube-scheduler Policy
-    // files with apiVersion and kind but no metadata; 7 kustomization.yaml files, which need
-    // rendering), 8 skips (6 files holding only comments, 2 cassandra config files), and 3 warnings
+    // files with apiVersion and kind but no metadata; 7 kustomization.yaml files, which the
+    // render stage builds with kustomize and the parser alone refuses), 8 skips (6 files holding only comments, 2 cassandra config files), and 3 warnings
     // for kinds Kubernetes does not serve (an `InitializerConfiguration`, removed in 1.14, and
     // two kube-scheduler `Policy` files, which are config files, not API objects).
     assert_eq!(
@@ -144,8 +144,9 @@ fn flux_overlays_declaring_one_object_twice_are_conflicts_naming_both_files() {
     for m in &twice {
         assert!(m.contains("flux2-kustomize-helm-example/"), "{m}");
     }
-    // Each overlay on its own is a Kustomize overlay (a patch fragment over a base): refused
-    // whole, naming its kustomization file, until rendering exists.
+    // Each overlay read as plain files (as before rendering existed) is refused whole, naming
+    // its kustomization file: the parser alone never applies a patch fragment as an object.
+    // The render stage builds these folders with kustomize (tests/render.rs).
     for overlay in [
         "flux2-kustomize-helm-example/apps/staging",
         "flux2-kustomize-helm-example/apps/production",

@@ -1163,8 +1163,9 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
 }
 
 #[test]
-fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_to_do() {
-    // The Flux example's staging overlay: a patch fragment over a base it cannot see.
+fn an_overlay_or_a_chart_under_the_path_that_cannot_render_applies_nothing_and_says_why() {
+    // The Flux example's staging overlay without its base: a folder with a kustomization file
+    // is built by kustomize, never applied file by file, and its base is not there.
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     let overlay = common::data_dir().join("corpus/flux2-kustomize-helm-example/apps/staging");
@@ -1180,7 +1181,9 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
-        stderr(&out).contains("app/staging/kustomization.yaml:1:1: error: a Kustomize overlay"),
+        stderr(&out).contains(
+            "app/staging/kustomization.yaml:4:5: error: `../base/podinfo` does not exist in the repository at this revision"
+        ),
         "{}",
         stderr(&out)
     );
@@ -1192,8 +1195,14 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
     assert_eq!(env.status()["sync"], "Unknown");
     // `validate` says the same and exits 1.
     let out = env.run(&["validate", env.repo.path().join("app").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    // A chart is the same.
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out)
+            .contains("staging/kustomization.yaml:4:5: error: `../base/podinfo` does not exist"),
+        "{}",
+        stdout(&out)
+    );
+    // A chart inside the path is not rendered as part of it (an app of its own renders it).
     env.repo.remove("app/staging");
     env.repo.write(
         "app/chart/Chart.yaml",
@@ -1203,11 +1212,13 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("app/chart/Chart.yaml:1:1: error: a Helm chart"),
+        stderr(&out).contains(
+            "app/chart/Chart.yaml:1:1: error: a Helm chart inside the app's path is not rendered: give it an app of its own (`source.path: app/chart`"
+        ),
         "{}",
         stderr(&out)
     );
-    // And kustomize's file name without an extension.
+    // And kustomize's file name without an extension, naming a file that is not there.
     env.repo.remove("app/chart");
     env.repo
         .write("app/k/Kustomization", "resources: [cm.yaml]\n");
@@ -1215,7 +1226,7 @@ fn a_kustomize_overlay_or_a_chart_under_the_path_applies_nothing_and_says_what_t
     let out = env.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("app/k/Kustomization:1:1: error: a Kustomize overlay"),
+        stderr(&out).contains("app/k/Kustomization:1:13: error: `cm.yaml` does not exist"),
         "{}",
         stderr(&out)
     );

@@ -998,3 +998,91 @@ async fn previews_wait_for_the_apps_first_applied_revision() {
     assert!(said[0].contains("INFO"), "{}", said[0]);
     agent.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_of_an_overlay_change_shows_the_rendered_diff() {
+    let env = Env::new();
+    // The app's path is a Kustomize overlay of a base outside it.
+    env.repo.remove("app/a.yaml");
+    env.repo.remove("app/b.yaml");
+    env.repo.write(
+        "app/kustomization.yaml",
+        "namePrefix: prod-\nresources: [../base]\n",
+    );
+    env.repo
+        .write("base/kustomization.yaml", "resources: [cm.yaml]\n");
+    env.repo
+        .write("base/cm.yaml", configmap("shared", &[("k", "1")]));
+    env.repo.commit("an overlay");
+    let remote = Remote::new(&env);
+    let github = github_host().await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&github)
+        .await;
+    project(
+        &env,
+        &remote,
+        "server:\n  listen: \"127.0.0.1:0\"\n",
+        &format!(
+            "    status: {{provider: github, apiUrl: \"{}\", repository: acme/web, token: {{env: DRIFTLESS_TEST_GH_TOKEN}}}}\n    preview: {{refs: \"refs/pull/*/head\"}}\n",
+            github.uri()
+        ),
+    );
+    let agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "gh-token")]);
+    let addr = format!("http://{}", env.http_addr());
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "prod-shared").is_some()
+    });
+    // The pull request changes only the base: the app's rendered objects change.
+    let head = push_pr(
+        &env,
+        "refs/pull",
+        7,
+        "main",
+        &[("base/cm.yaml", Some(&configmap("shared", &[("k", "2")])))],
+        None,
+    );
+    let (_, status) = wait_async("the preview status", 60, async || {
+        statuses(&github, "/statuses/")
+            .await
+            .into_iter()
+            .find(|(sha, b)| *sha == head && b["context"] == "driftless/demo/preview")
+    })
+    .await;
+    assert_eq!(status["state"], "success", "{status}");
+    assert_eq!(
+        status["description"], "0 to create, 1 to update, 0 to delete",
+        "{status}"
+    );
+    let rec: Value = client()
+        .get(format!("{addr}/api/v1/apps/demo/previews/7"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let update = &rec["changes"][0];
+    assert_eq!(update["action"], "update", "{rec}");
+    assert_eq!(
+        update["name"], "prod-shared",
+        "the overlay's namePrefix: {rec}"
+    );
+    assert_eq!(update["fields"][0]["path"], "data.k");
+    assert_eq!(update["fields"][0]["live"], "1");
+    assert_eq!(update["fields"][0]["desired"], "2");
+    assert!(
+        rec["diff"].as_str().unwrap().contains("prod-shared"),
+        "{}",
+        rec["diff"]
+    );
+    // The app itself is untouched until the change is merged.
+    assert_eq!(
+        env.get("configmap", "prod-shared").unwrap()["data"]["k"],
+        "1"
+    );
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}

@@ -1469,7 +1469,15 @@ impl App {
         let Some(reporter) = &mut self.reporter else {
             return;
         };
+        // A revision that cannot be rendered is that revision's error; the one in force keeps
+        // its own status, unless it is the one that no longer renders.
+        let attempted_is_new = self.last_attempted.as_ref().map(|r| &r.0)
+            != self.in_force.as_ref().map(|f| &f.revision.0);
         let in_force_error = match &self.problem {
+            Some(Problem::Source {
+                reason: Reason::RenderFailed,
+                ..
+            }) if attempted_is_new => None,
             Some(Problem::Source { message, .. }) => Some(format!("source unavailable: {message}")),
             _ => None,
         }
@@ -1486,6 +1494,10 @@ impl App {
         });
         let rejected = match &self.problem {
             Some(Problem::Invalid { message, .. }) => Some(message.clone()),
+            Some(Problem::Source {
+                reason: Reason::RenderFailed,
+                message,
+            }) => Some(format!("render failed: {message}")),
             Some(Problem::Blocked { message }) => Some(format!("not applied: {message}")),
             _ => None,
         };

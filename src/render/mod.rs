@@ -817,10 +817,23 @@ impl Render {
                 );
                 let out = run_checked(&program, &invocation.args(), private, s, &command).await?;
                 let text = String::from_utf8_lossy(&out);
-                Ok(helm::split(&text, &shown_root)
+                let mut results: Vec<FileResult> = helm::split(&text, &shown_root)
                     .into_iter()
                     .map(|seg| parse_output(&seg.path, seg.text.as_bytes(), &command))
-                    .collect())
+                    .collect();
+                // What a chart leaves without a namespace goes to the release's namespace, as
+                // `helm install --namespace` puts it.
+                for r in &mut results {
+                    for d in &mut r.objects {
+                        let o = &mut d.object;
+                        if o.namespace().is_empty()
+                            && !crate::object::is_cluster_scoped(o.group(), o.kind())
+                        {
+                            o.set_namespace(namespace);
+                        }
+                    }
+                }
+                Ok(results)
             }
         }
     }

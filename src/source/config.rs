@@ -88,7 +88,11 @@ pub struct HelmConfig {
     pub values: Option<Spanned<serde_json::Value>>,
     /// Render the chart's `crds/` folder too (`--include-crds`). Default true: Argo CD and Flux
     /// both install a chart's CRDs.
-    #[serde(default = "default_true")]
+    #[serde(
+        default = "default_true",
+        rename = "includeCRDs",
+        alias = "includeCrds"
+    )]
     pub include_crds: bool,
     /// `.Capabilities.KubeVersion` (`--kube-version`, e.g. `1.37.0`). Default: helm's own.
     #[serde(default)]

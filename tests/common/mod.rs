@@ -252,9 +252,10 @@ impl HttpsGitServer {
         if let Some(base) = redirect {
             cmd.args(["--redirect", base]);
         }
+        let log = std::fs::File::create(root.path().join("requests.log")).unwrap();
         let mut child = cmd
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("python3 runs");
         let mut line = String::new();
@@ -278,6 +279,15 @@ impl HttpsGitServer {
         repo.git(&["clone", "-q", "--bare", ".", dest.to_str().unwrap()]);
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}/{name}.git", self.port)
+    }
+
+    /// Every request the server has received, one line each (`GET /x.git/info/refs ...`).
+    pub fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.root.path().join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// Pushes `repo`'s main branch to the published copy.
