@@ -1308,6 +1308,60 @@ mod tests {
     }
 
     #[test]
+    fn render_settings_have_defaults_and_bad_or_conflicting_ones_name_their_line() {
+        let c = parse_str("renderers: {kustomize: bin/kustomize}\napps:\n- name: web\n  source:\n    repo: x\n    helm: {valuesFiles: [v.yaml], values: {a: 1}}\n").unwrap();
+        let s = &c.config.apps[0].source;
+        let h = &s.helm.as_ref().unwrap().value;
+        assert!(h.include_crds && h.skip_tests && !h.no_hooks);
+        assert_eq!(s.render_timeout.value, Duration::from_secs(60));
+        assert_eq!(
+            s.tools.kustomize.as_deref(),
+            Some(Path::new("/etc/driftless/bin/kustomize")),
+            "relative to the config file, copied into each app"
+        );
+        for (yaml, want) in [
+            (
+                "  source: {repo: x, kustomize: {}, helm: {}}\n",
+                "apps[0].source.helm: choose one renderer",
+            ),
+            (
+                "  source: {repo: x, kustomize: {enableHelm: true}}\n",
+                "unknown field `enableHelm`",
+            ),
+            (
+                "  source: {repo: x, helm: {values: [1, 2]}}\n",
+                "apps[0].source.helm.values: must be a mapping",
+            ),
+            (
+                "  source: {repo: x, helm: {valuesFiles: [/etc/passwd]}}\n",
+                "apps[0].source.helm.valuesFiles[0]: `/etc/passwd` must be a file in the repository",
+            ),
+            (
+                "  source: {repo: x, helm: {releaseName: Web_1}}\n",
+                "apps[0].source.helm.releaseName: `Web_1`",
+            ),
+            (
+                "  source: {repo: x, helm: {chart: {repository: \"oci://ghcr.io/x\", name: a, version: 1.0.0}}}\n",
+                "apps[0].source.helm.chart.repository: `oci://ghcr.io/x` is not an http(s) URL",
+            ),
+            (
+                "  source: {repo: x, renderTimeout: 0s}\n",
+                "apps[0].source.renderTimeout: must be at least 1s",
+            ),
+            (
+                "  source: {repo: x, helm: {includeCrd: true}}\n",
+                "unknown field `includeCrd`, expected one of",
+            ),
+        ] {
+            let e = parse_str(&format!("apps:\n- name: web\n{yaml}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{yaml}: {e}");
+            assert!(e.starts_with("/etc/driftless/driftless.yaml:3:"), "its line: {e}");
+        }
+    }
+
+    #[test]
     fn a_preview_namespace_that_can_be_an_apps_target_namespace_is_refused() {
         assert!(template_can_name("{number}", "1"));
         assert!(template_can_name("pr-{number}", "pr-12"));
