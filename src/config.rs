@@ -1357,7 +1357,10 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want), "{yaml}: {e}");
-            assert!(e.starts_with("/etc/driftless/driftless.yaml:3:"), "its line: {e}");
+            assert!(
+                e.starts_with("/etc/driftless/driftless.yaml:3:"),
+                "its line: {e}"
+            );
         }
     }
 

@@ -1,7 +1,8 @@
 //! driftless: a GitOps sync agent.
 //!
 //! One reconcile of one app is a pipeline (ARCHITECTURE.md section 3):
-//! [`source`] (fetch, read the tree) → [`manifest`] (files → objects + diagnostics) →
+//! [`source`] (fetch, read the tree) → [`render`] (plain files, `kustomize build`, `helm template`;
+//! through [`manifest`]: files → objects + diagnostics) →
 //! [`diff`] (desired × live × inventory → plan) → [`sync`] (apply the plan to the [`store`]) →
 //! [`health`] → [`status`] (conditions, the record). [`reconcile`] runs it whenever something may
 //! have changed; [`preview`] plans pull requests the same way without writing. [`object`], [`manifest`], [`diff`], [`health`] and [`yaml`] are pure: no I/O, no

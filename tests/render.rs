@@ -793,15 +793,13 @@ async fn a_missing_failing_or_hanging_renderer_keeps_the_last_good_revision_and_
         }
     }
     // The hung renderer and its child were killed with their process group.
-    let left = Command::new("pgrep")
-        .args(["-f", "sleep 613"])
-        .output()
-        .unwrap();
-    assert!(
-        stdout(&left).trim().is_empty(),
-        "left running: {}",
-        stdout(&left)
-    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("sleep 613"))
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
     // With the renderer back, the newest revision is applied.
     let out = sync("", "60s");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

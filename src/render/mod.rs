@@ -21,7 +21,7 @@
 //!
 //! The renderers are the real binaries, run over a private copy of what they can reach, written
 //! out from Git objects (no checkout; symlinks by the section 5 rules), offline, bounded in
-//! time and output ([`run`]). Their output is read as kubectl reads YAML
+//! time and output (`run.rs`). Their output is read as kubectl reads YAML
 //! ([`manifest::Mode::Rendered`]).
 //!
 //! Caching: [`Prepared::key`] covers everything a render depends on (the tree ids of the
