@@ -1326,7 +1326,7 @@ mod tests {
             ),
             (
                 "  source: {repo: x, kustomize: {enableHelm: true}}\n",
-                "unknown field `enableHelm`",
+                "unknown field `enableHelm`: `source.kustomize` takes no settings",
             ),
             (
                 "  source: {repo: x, helm: {values: [1, 2]}}\n",

@@ -229,6 +229,25 @@ fn diff_validate_and_a_dry_run_render_the_overlay() {
         "{}",
         stderr(&out)
     );
+    // Outside a Git work tree, the current directory stands for the repository.
+    let loose = tempfile::tempdir().unwrap();
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(wt.join("apps"))
+        .arg(loose.path()));
+    let out = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .args(["validate", "apps/staging"])
+        .current_dir(loose.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("3 object(s)"), "{}", stderr(&out));
     // A broken reference in a checkout is named as written, at its line.
     std::fs::write(
         wt.join("apps/staging/kustomization.yaml"),
@@ -347,6 +366,37 @@ fn a_chart_in_the_repository_renders_as_helm_template_does_with_values_namespace
     let env3 = env_for(&repo.url(), "charts/web");
     sync_ok(&env3);
     assert!(stored(&env3).contains_key("apps/v1 Deployment default/demo-web"));
+    // `validate` reads folders as the agent reads an app's path: the chart's own folder is
+    // rendered, a folder holding it is refused.
+    let out = env3.run(&["validate", wt.join("charts/web").to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = env3.run(&["validate", wt.join("charts").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains(
+            "charts/web/Chart.yaml:1:1: error: a Helm chart inside the folder is not rendered"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // `source.kustomize` on a chart's folder says what is missing.
+    let env4 = env_for(&repo.url(), "charts/web");
+    env4.app_config("      kustomize: {}\n");
+    let out = env4.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out)
+            .contains("`source.kustomize` is set, but the app's path holds no kustomization file")
+            && !stderr(&out).contains("inside the app's path"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A chart repository on loopback: `python3 -m http.server` over a folder, its requests logged.
@@ -446,18 +496,44 @@ fn a_chart_from_a_chart_repository_is_fetched_by_version_pinned_and_a_rewritten_
     repo.write("deploy/values.yaml", "replicaCount: 2\n");
     repo.commit("values");
     let env = env_for(&repo.url(), "deploy");
+    // Run as a user in the config's folder would (`-c driftless.yaml`, `cacheDir: cache`, the
+    // renderer at a path relative to the config): the renderer runs in a folder of its own, so
+    // every path it is given must still name the same file. Detect-only: a new chart version
+    // under the same commit is still applied, as a new revision.
+    std::os::unix::fs::symlink(helm(), env.dir.path().join("helm-here")).unwrap();
     let app = |version: &str| {
         format!(
-            "      helm:\n        releaseName: shop\n        valuesFiles: [values.yaml]\n        chart: {{repository: \"{}\", name: web, version: \"{version}\"}}\n",
+            "      helm:\n        releaseName: shop\n        valuesFiles: [values.yaml]\n        values: {{podLabels: {{tier: edge}}}}\n        chart: {{repository: \"{}\", name: web, version: \"{version}\"}}\n    sync: {{selfHeal: false}}\n",
             server.url()
         )
     };
-    let base_config = std::fs::read_to_string(env.config()).unwrap();
+    let base_config = format!(
+        "renderers: {{helm: helm-here}}\n{}",
+        std::fs::read_to_string(env.config()).unwrap()
+    );
+    let sync_ok = |env: &Env| {
+        let out = Command::new(env!("CARGO_BIN_EXE_driftless"))
+            .args(["-c", "driftless.yaml", "sync"])
+            .current_dir(env.dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    };
     std::fs::write(env.config(), base_config.clone() + &app(">=0.1.0 <0.2.0")).unwrap();
     sync_ok(&env);
     let deploy = env
         .get("deployment", "shop-web")
         .expect("the chart's Deployment");
+    assert_eq!(
+        deploy["spec"]["template"]["metadata"]["labels"]["tier"], "edge",
+        "inline values"
+    );
     assert_eq!(
         deploy["metadata"]["labels"]["helm.sh/chart"], "web-0.1.0",
         "the range's newest match"
@@ -479,7 +555,7 @@ fn a_chart_from_a_chart_repository_is_fetched_by_version_pinned_and_a_rewritten_
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let source = condition(&env, "SourceAvailable");
     assert_eq!(source["status"], "False");
-    assert_eq!(source["reason"], "ChartDigestChanged");
+    assert_eq!(source["reason"], "ChartDigestChanged", "{source}");
     assert!(
         source["message"]
             .as_str()
@@ -498,6 +574,14 @@ fn a_chart_from_a_chart_repository_is_fetched_by_version_pinned_and_a_rewritten_
     sync_ok(&env);
     let deploy = env.get("deployment", "shop-web").unwrap();
     assert_eq!(deploy["metadata"]["labels"]["helm.sh/chart"], "web-0.2.0");
+    let source = condition(&env, "SourceAvailable");
+    assert!(
+        source["message"]
+            .as_str()
+            .unwrap()
+            .contains("; chart web 0.2.0 (sha256 "),
+        "the chart in use is named: {source}"
+    );
     // A version the index does not have names the newest there is.
     let env2 = env_for(&repo.url(), "deploy");
     env2.app_config(&app("9.9.9"));
@@ -882,6 +966,11 @@ async fn the_render_cache_renders_nothing_for_a_commit_elsewhere_and_each_app_on
             renders(&addr, a, "rendered").await,
             1.0,
             "{a}: nothing rendered again"
+        );
+        assert_eq!(
+            renders(&addr, a, "cached").await,
+            1.0,
+            "{a}: the docs commit's render is the one in force"
         );
     }
     // A commit to the shared base: each app renders once.

@@ -148,6 +148,17 @@ pub(super) fn walk_folder(
     folders: &mut Vec<Folder>,
 ) {
     if let Some(kind) = rendered_kind(dir) {
+        let top = std::fs::canonicalize(dir).is_ok_and(|d| d == root);
+        if kind == FolderKind::Chart && !top {
+            // As the agent reads an app's path: a chart is rendered only as an app's own path.
+            diags.push(Diagnostic::error(
+                &format!("{}/Chart.yaml", shown.trim_end_matches('/')),
+                1,
+                1,
+                format!("a Helm chart inside the folder is not rendered (an app renders a chart only at its own `source.path`): validate `{shown}` on its own, or give it an app of its own; nothing applied"),
+            ));
+            return;
+        }
         folders.push(Folder {
             shown: shown.to_string(),
             dir: dir.to_path_buf(),

@@ -847,6 +847,11 @@ impl App {
             && f.tree_id.as_deref() == Some(prepared.key.as_str())
         {
             tracing::debug!(revision = %revision.short(), path = %self.cfg.source.path.value, "The app's path is unchanged in the new revision; not planned again");
+            if let Some(m) = &self.metrics {
+                for renderer in prepared.renderers() {
+                    m.render(self.name(), renderer, false, true, 0.0);
+                }
+            }
             if self.applied.as_ref() == Some(&f.revision) {
                 self.applied = Some(revision.clone());
             }
@@ -877,7 +882,11 @@ impl App {
                 if again {
                     tracing::debug!(revision = %revision.short(), error = %message, "Render failed again");
                 } else {
-                    tracing::warn!(revision = %revision.short(), error = %message, "Render failed; the revision in force stays enforced");
+                    if self.in_force.is_some() {
+                        tracing::warn!(revision = %revision.short(), error = %message, "Render failed; the revision in force stays enforced");
+                    } else {
+                        tracing::warn!(revision = %revision.short(), error = %message, "Render failed; nothing is applied");
+                    }
                 }
                 self.diagnostics.clear();
                 self.problem = Some(revision::render_problem(&e, message));
@@ -956,11 +965,21 @@ impl App {
             }
         }
         self.problem = None;
+        // The same commit read another way than it was applied (other render settings, another
+        // chart version or digest, another path): a new desired set, applied whole as a new
+        // revision is (with `selfHeal: false` too), not reverted object by object as drift.
+        let applied_as = self.inventory.as_ref().and_then(|i| i.source.as_deref());
+        let read_anew = self.applied.as_ref() == Some(&revision)
+            && applied_as.is_some_and(|s| !s.is_empty() && s != identity);
+        if read_anew {
+            self.applied = None;
+        }
         // The revision in force read again after a restart: not a new one.
-        let reread = self
-            .in_force
-            .as_ref()
-            .is_some_and(|f| f.restored && f.revision == revision);
+        let reread = !read_anew
+            && self
+                .in_force
+                .as_ref()
+                .is_some_and(|f| f.restored && f.revision == revision);
         if reread {
             tracing::debug!(revision = %revision.short(), objects = desired.len(), "Revision in force read again after a restart");
         } else {
@@ -1440,6 +1459,19 @@ impl App {
                     .unwrap_or_default(),
             objects: fights.len(),
         });
+        // The chart of a chart repository is part of the source: say which one is in use.
+        let source_message = self
+            .source_message
+            .as_ref()
+            .map(|m| match self.render.chart() {
+                Some(c) => format!(
+                    "{m}; chart {} {} (sha256 {})",
+                    c.name,
+                    c.version,
+                    &c.digest[..12]
+                ),
+                None => m.clone(),
+            });
         let facts = conditions::Facts {
             in_force: self
                 .in_force
@@ -1456,7 +1488,7 @@ impl App {
             progress_deadline: self.cfg.sync.progress_deadline.value,
             stale_after: self.cfg.sync.stale_after.as_ref().map(|d| d.value),
             failing: self.backoff.failing(),
-            source_message: self.source_message.as_deref(),
+            source_message: source_message.as_deref(),
             contest,
         };
         conditions::compute(&mut self.status, &facts, &mut self.clocks, wall);

@@ -72,13 +72,17 @@ fn relative(from: &str, to: &str) -> String {
         .join("/")
 }
 
-/// The work tree `dir` is in: the nearest folder above it (itself included) that holds `.git`,
-/// else `dir` itself.
+/// What stands for the repository around `dir`: the Git work tree it is in (the nearest folder
+/// above it, itself included, that holds `.git`), else the current directory when `dir` is in
+/// it, else `dir` itself.
 fn work_tree(dir: &Path) -> PathBuf {
-    dir.ancestors()
-        .find(|a| a.join(".git").exists())
-        .unwrap_or(dir)
-        .to_path_buf()
+    if let Some(git) = dir.ancestors().find(|a| a.join(".git").exists()) {
+        return git.to_path_buf();
+    }
+    match std::env::current_dir().and_then(std::fs::canonicalize) {
+        Ok(cwd) if dir.starts_with(&cwd) => cwd,
+        _ => dir.to_path_buf(),
+    }
 }
 
 /// Renders each folder (an overlay with kustomize, a chart with helm and the default settings:
@@ -149,16 +153,11 @@ pub async fn render_folders(
                 let command = format!("kustomize build {}", f.shown);
                 let args = ["build".into(), dir.clone().into_os_string()];
                 match run_checked(&program, &args, private.path(), &settings, &command).await {
-                    Ok(out) => {
-                        let file =
-                            kustomize::kustomization_file(&DiskTree { root: dir.clone() }, "")
-                                .unwrap_or_else(|| "kustomization.yaml".into());
-                        results.push(parse_output(
-                            &format!("{}/{file}", f.shown.trim_end_matches('/')),
-                            &out,
-                            &command,
-                        ));
-                    }
+                    Ok(out) => results.push(parse_output(
+                        &super::kustomize_output_path(f.shown.trim_end_matches('/')),
+                        &out,
+                        None,
+                    )),
                     Err(e) => diagnostics.push(failed(e)),
                 }
             }
@@ -195,7 +194,11 @@ pub async fn render_folders(
                     Ok(out) => {
                         let text = String::from_utf8_lossy(&out);
                         for seg in helm::split(&text, f.shown.trim_end_matches('/')) {
-                            results.push(parse_output(&seg.path, seg.text.as_bytes(), &command));
+                            results.push(parse_output(
+                                &seg.path,
+                                seg.text.as_bytes(),
+                                Some(&command),
+                            ));
                         }
                     }
                     Err(e) => diagnostics.push(failed(e)),

@@ -381,8 +381,16 @@ impl Render {
                     source::redact_url(&c.repository.value)
                 ),
             })?;
+        if self.chart.as_ref() != Some(&resolved) {
+            tracing::info!(app = %self.settings.app, chart = %resolved.name, version = %resolved.version, digest = %&resolved.digest[..12], "Chart resolved");
+        }
         self.chart = Some(resolved);
         Ok(self.chart.as_ref())
+    }
+
+    /// The chart of `source.helm.chart` as last resolved, if any.
+    pub fn chart(&self) -> Option<&charts::Chart> {
+        self.chart.as_ref()
     }
 
     /// Reads what `cfg`'s path at `revision` renders from, without rendering: the plain files,
@@ -433,7 +441,11 @@ impl Render {
                 )
                 .await;
         }
-        for chart in std::mem::take(&mut files.charts) {
+        // A chart at the path itself, with `source.kustomize`, is said below: no kustomization.
+        for chart in std::mem::take(&mut files.charts)
+            .into_iter()
+            .filter(|c| *c != path)
+        {
             diagnostics.push(Diagnostic::error(
                 &join(&chart, "Chart.yaml"),
                 1,
@@ -728,7 +740,12 @@ impl Render {
         if files.diagnostics.iter().any(Diagnostic::is_error) {
             return Ok(Err(files.diagnostics));
         }
-        let base = git.dir().join("render");
+        // Absolute: the renderer runs in the private folder, so every path given to it must be.
+        let base =
+            std::path::absolute(git.dir().join("render")).map_err(|source| Error::WriteFailed {
+                path: git.dir().join("render"),
+                source,
+            })?;
         let private = write_private(&base, files).await?;
         for (key, unit) in missing {
             let started = Instant::now();
@@ -757,13 +774,17 @@ impl Render {
     async fn run_unit(&self, unit: &Unit, private: &Path) -> Result<Vec<FileResult>, Error> {
         let s = &self.settings;
         match unit {
-            Unit::Kustomize { root, walk } => {
+            Unit::Kustomize { root, .. } => {
                 let program = locate(s.tools.kustomize.as_deref(), "kustomize")?;
                 let shown = if root.is_empty() { "." } else { root.as_str() };
                 let args: Vec<OsString> = vec!["build".into(), shown.into()];
                 let command = format!("kustomize build {shown}");
                 let out = run_checked(&program, &args, private, s, &command).await?;
-                Ok(vec![parse_output(&walk.file, &out, &command)])
+                Ok(vec![parse_output(
+                    &kustomize_output_path(shown),
+                    &out,
+                    None,
+                )])
             }
             Unit::Helm {
                 chart,
@@ -785,7 +806,9 @@ impl Render {
                         (if p.is_empty() { ".".into() } else { p.into() }, p.clone())
                     }
                     ChartSource::Remote(c) => (
-                        c.archive.clone().into_os_string(),
+                        std::path::absolute(&c.archive)
+                            .unwrap_or_else(|_| c.archive.clone())
+                            .into_os_string(),
                         format!("{}-{}", c.name, c.version),
                     ),
                 };
@@ -819,7 +842,7 @@ impl Render {
                 let text = String::from_utf8_lossy(&out);
                 let mut results: Vec<FileResult> = helm::split(&text, &shown_root)
                     .into_iter()
-                    .map(|seg| parse_output(&seg.path, seg.text.as_bytes(), &command))
+                    .map(|seg| parse_output(&seg.path, seg.text.as_bytes(), Some(&command)))
                     .collect();
                 // What a chart leaves without a namespace goes to the release's namespace, as
                 // `helm install --namespace` puts it.
@@ -904,7 +927,8 @@ pub async fn tool_versions(
         ("kustomize", tools.kustomize.as_deref(), vec!["version"]),
         ("helm", tools.helm.as_deref(), vec!["version", "--short"]),
     ] {
-        let found = match run::locate(configured, name) {
+        let located = run::locate(configured, name).map(|p| std::path::absolute(&p).unwrap_or(p));
+        let found = match located {
             Err(why) => Err(why),
             Ok(path) => match tempfile::Builder::new()
                 .prefix("driftless-version-")
@@ -955,12 +979,14 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The renderer named `name`, or [`Error::RendererMissing`].
+/// The renderer named `name`, as an absolute path (it runs in the private folder), or
+/// [`Error::RendererMissing`].
 fn locate(configured: Option<&Path>, name: &'static str) -> Result<PathBuf, Error> {
-    run::locate(configured, name).map_err(|looked| Error::RendererMissing {
+    let found = run::locate(configured, name).map_err(|looked| Error::RendererMissing {
         renderer: name,
         looked,
-    })
+    })?;
+    Ok(std::path::absolute(&found).unwrap_or(found))
 }
 
 /// Runs a renderer and maps its failures to errors naming `command`.
@@ -1015,18 +1041,27 @@ async fn run_checked(
     }
 }
 
-/// A renderer's output as one file of the set, read as kubectl reads YAML; every diagnostic
-/// says whose output it is about (the line and column are the output's).
-fn parse_output(path: &str, bytes: &[u8], command: &str) -> FileResult {
+/// A renderer's output as one file of the set named `path`, read as kubectl reads YAML; with
+/// `command`, every diagnostic says whose output its line and column are in.
+fn parse_output(path: &str, bytes: &[u8], command: Option<&str>) -> FileResult {
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return FileResult::default();
     }
     let mut r = manifest::parse_file_with(path, bytes, manifest::Mode::Rendered);
-    for d in &mut r.diagnostics {
-        d.message
-            .push_str(&format!(" (in the output of `{command}`)"));
+    if let Some(command) = command {
+        for d in &mut r.diagnostics {
+            d.message
+                .push_str(&format!(" (in the output of `{command}`)"));
+        }
     }
     r
+}
+
+/// What the output of `kustomize build <root>` is named in diagnostics and in an object's
+/// place: `apps/staging (kustomize build)`, its lines and columns those of the output (it is no
+/// file of the repository: kustomize's output does not say which file an object came from).
+fn kustomize_output_path(root: &str) -> String {
+    format!("{root} (kustomize build)")
 }
 
 /// Writes `files` into a new private folder under `base` (mode 0700, removed when dropped).

@@ -652,11 +652,14 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(failed)?;
+    // Unique per process and write: two apps of one chart may write it at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.{}.partial",
+        ".{}.{}-{}.partial",
         path.file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        std::process::id()
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::write(&tmp, bytes).map_err(failed)?;
     std::fs::rename(&tmp, path).map_err(failed)

@@ -63,9 +63,23 @@ pub struct SourceConfig {
 /// `apps[].source.kustomize:`. No settings yet: `{}` asks for Kustomize rendering. What Flux's
 /// `Kustomization` or Argo CD's `kustomize:` source sets inline (`images`, `patches`,
 /// `namePrefix`, `components`) belongs in the overlay's own `kustomization.yaml`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Clone, Debug, Default)]
 pub struct KustomizeConfig {}
+
+impl<'de> Deserialize<'de> for KustomizeConfig {
+    /// An empty mapping (`{}`, or nothing); any key is an error that says where kustomize's
+    /// settings go.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let keys: Option<std::collections::BTreeMap<String, serde::de::IgnoredAny>> =
+            Option::deserialize(d)?;
+        if let Some(k) = keys.unwrap_or_default().keys().next() {
+            return Err(serde::de::Error::custom(format!(
+                "unknown field `{k}`: `source.kustomize` takes no settings (write `kustomize: {{}}`); kustomize's own settings (images, patches, namePrefix, components) go in the overlay's kustomization.yaml"
+            )));
+        }
+        Ok(KustomizeConfig {})
+    }
+}
 
 /// `apps[].source.helm:` the settings of `helm template` (Argo CD's `helm:` source, Flux's
 /// `HelmRelease`).
