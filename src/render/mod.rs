@@ -172,6 +172,8 @@ struct Settings {
     path: String,
     limits: source::Limits,
     timeout: Duration,
+    /// `source.timeout`: what a chart repository's requests may take.
+    fetch_timeout: Duration,
     tools: RenderTools,
     helm: Option<HelmConfig>,
     target_namespace: String,
@@ -185,6 +187,7 @@ impl Default for Settings {
             path: String::new(),
             limits: source::Limits::default(),
             timeout: Duration::from_secs(60),
+            fetch_timeout: source::DEFAULT_FETCH_TIMEOUT,
             tools: RenderTools::default(),
             helm: None,
             target_namespace: "default".into(),
@@ -318,6 +321,7 @@ impl Render {
             path: source_path(&cfg.source.path.value),
             limits: cfg.source.limits.limits(),
             timeout: cfg.source.render_timeout.value,
+            fetch_timeout: cfg.source.timeout.value,
             tools: cfg.source.tools.clone(),
             helm: cfg.source.helm.as_ref().map(|h| h.value.clone()),
             target_namespace: cfg.target.namespace.value.clone(),
@@ -369,7 +373,7 @@ impl Render {
                 &c.repository.value,
                 &c.name.value,
                 &c.version.value,
-                self.settings.timeout,
+                self.settings.fetch_timeout,
             )
             .await
             .map_err(|source| Error::ChartFailed {

@@ -447,9 +447,10 @@ impl ChartCache {
         etag: Option<&str>,
     ) -> Result<Option<(Vec<u8>, Option<String>)>, Error> {
         let shown = redact_url(url);
-        let failed = |source| Error::RequestFailed {
+        // Without its URL: the error's text would show credentials written into it.
+        let failed = |source: reqwest::Error| Error::RequestFailed {
             url: shown.clone(),
-            source,
+            source: source.without_url(),
         };
         let mut req = self.client()?.get(url).timeout(timeout);
         if let Some(c) = credentials
