@@ -1136,11 +1136,13 @@ fn validate_render(source: &SourceConfig, i: usize, invalid: Invalid<'_>) -> Res
 
 fn validate_url(url: &Spanned<String>, field: &str, invalid: Invalid<'_>) -> Result<(), Error> {
     let v = url.value.as_str();
+    // Shown without credentials or a query (which may hold a token).
+    let shown = crate::source::redact_url(v);
     let fail = |why: &str| {
         Err(invalid(
             &url.referenced,
             field.to_string(),
-            format!("`{v}` is not an http(s) URL{why}"),
+            format!("`{shown}` is not an http(s) URL{why}"),
         ))
     };
     if v.chars().any(|c| c.is_whitespace() || c.is_control()) {

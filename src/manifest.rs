@@ -572,6 +572,9 @@ fn yaml_options(mode: Mode) -> serde_saphyr::Options {
             max_nodes: 20_000_000,
             max_events: 40_000_000,
             max_depth: 128,
+            // A renderer's output is one stream, bounded by `source.limits.maxBytes` (256 MiB
+            // by default) before it is parsed; the parser's own default (64 MiB) is lower.
+            max_total_scalar_bytes: 1 << 30,
         },
         alias_limits: serde_saphyr::alias_limits! {
             max_total_replayed_events: 200_000,

@@ -569,6 +569,19 @@ fn a_chart_from_a_chart_repository_is_fetched_by_version_pinned_and_a_rewritten_
         deploy["spec"]["replicas"], 2,
         "the pinned chart stays in force"
     );
+    // The pin is kept with what was applied, in the store: it outlives the chart cache (an
+    // emptyDir, a new replica).
+    std::fs::remove_dir_all(env.dir.path().join("cache")).unwrap();
+    let out = env.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        condition(&env, "SourceAvailable")["reason"],
+        "ChartDigestChanged"
+    );
+    assert_eq!(
+        env.get("deployment", "shop-web").unwrap()["spec"]["replicas"],
+        2
+    );
     // A new version is taken: `0.x` now resolves to 0.2.0.
     std::fs::write(env.config(), base_config + &app("0.x")).unwrap();
     sync_ok(&env);
@@ -717,6 +730,27 @@ fn remote_bases_and_references_out_of_the_repository_are_refused_before_kustomiz
         assert!(
             diagnostics.to_string().contains(why.as_str()),
             "{diagnostics}"
+        );
+    }
+    // kustomize reads field names ignoring case (`Resources`, `reſources`): such a spelling,
+    // which the walk would not read, is refused too.
+    for key in ["Resources", "re\u{17f}ources"] {
+        repo.write(
+            "app/kustomization.yaml",
+            format!(
+                "resources: [cm.yaml]\n{key}: [\"{base_url}//base?ref=main\", {}]\n",
+                outside.path().display()
+            ),
+        );
+        repo.commit(&format!("a reference under {key}"));
+        let out = env.run(&["sync"]);
+        assert_eq!(out.status.code(), Some(1), "{key}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "app/kustomization.yaml:2:1: error: `{key}` is read by kustomize as `resources`"
+            )),
+            "{key}: {}",
+            stderr(&out)
         );
     }
     assert!(
@@ -1027,4 +1061,45 @@ fn driftless_version_names_the_renderers_it_finds() {
         text.contains(&format!("helm v4.3.2 ({})", helm())),
         "{text}"
     );
+}
+
+#[test]
+fn a_renderers_error_never_shows_a_secret_value() {
+    let repo = GitRepo::new();
+    // kustomize quotes a secretGenerator literal it cannot read.
+    repo.write(
+        "app/kustomization.yaml",
+        "secretGenerator:\n- name: s\n  literals: [\"SUPERSECRET-LITERAL-1234\"]\n",
+    );
+    // helm quotes a value a chart's schema refuses.
+    std::fs::create_dir_all(repo.path().join("charts")).unwrap();
+    run(Command::new(helm())
+        .args(["create", "web"])
+        .current_dir(repo.path().join("charts")));
+    repo.write(
+        "charts/web/values.schema.json",
+        r#"{"properties": {"password": {"type": "string", "pattern": "^[a-z]+$"}}}"#,
+    );
+    repo.write("charts/web/prod.yaml", "password: FROM-A-VALUES-FILE-9\n");
+    repo.commit("secrets");
+    let kustomized = env_for(&repo.url(), "app");
+    let inline = env_for(&repo.url(), "charts/web");
+    inline.app_config("      helm: {values: {password: SUPERSECRET-SCHEMA-Pw1}}\n");
+    let from_file = env_for(&repo.url(), "charts/web");
+    from_file.app_config("      helm: {valuesFiles: [prod.yaml]}\n");
+    for (env, secret) in [
+        (&kustomized, "SUPERSECRET-LITERAL-1234"),
+        (&inline, "SUPERSECRET-SCHEMA-Pw1"),
+        (&from_file, "FROM-A-VALUES-FILE-9"),
+    ] {
+        let out = env.run(&["sync"]);
+        assert_eq!(out.status.code(), Some(1), "{secret}");
+        let source = condition(env, "SourceAvailable");
+        assert_eq!(source["reason"], "RenderFailed", "{source}");
+        let message = source["message"].as_str().unwrap();
+        assert!(message.contains("(hidden)"), "{message}");
+        for text in [message.to_string(), stderr(&out), env.status().to_string()] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+    }
 }

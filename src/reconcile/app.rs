@@ -749,7 +749,12 @@ impl App {
         // A chart from a chart repository belongs to the source: resolved (and fetched when
         // new) before the revision is judged, since a new chart version or digest under the
         // same commit is a new desired set.
-        if let Err(e) = self.render.resolve_chart(&self.git).await {
+        let applied_as = self.inventory.as_ref().and_then(|i| i.source.clone());
+        if let Err(e) = self
+            .render
+            .resolve_chart(&self.git, applied_as.as_deref())
+            .await
+        {
             let message = error_chain(&e);
             let again =
                 matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);

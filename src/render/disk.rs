@@ -150,9 +150,34 @@ pub async fn render_folders(
                         continue;
                     }
                 };
+                // The files the build reads that may hold Secret values: each file referenced
+                // and the kustomization of each folder reached.
+                let tree = DiskTree { root: root.clone() };
+                let mut read = crate::source::Files::default();
+                for path in walk.reached.keys() {
+                    let file = match tree.entry(path) {
+                        Entry::File { .. } => Some(path.clone()),
+                        _ => kustomize::kustomization_file(&tree, path),
+                    };
+                    if let Some(file) = file
+                        && let Some(bytes) = tree.read(&file)
+                    {
+                        read.files.push((file, bytes));
+                    }
+                }
+                let hidden = super::redact::sensitive(&read, None, &[]);
                 let command = format!("kustomize build {}", f.shown);
                 let args = ["build".into(), dir.clone().into_os_string()];
-                match run_checked(&program, &args, private.path(), &settings, &command).await {
+                match run_checked(
+                    &program,
+                    &args,
+                    private.path(),
+                    &settings,
+                    &command,
+                    &hidden,
+                )
+                .await
+                {
                     Ok(out) => results.push(parse_output(
                         &super::kustomize_output_path(f.shown.trim_end_matches('/')),
                         &out,
@@ -188,6 +213,7 @@ pub async fn render_folders(
                     private.path(),
                     &settings,
                     &command,
+                    &[],
                 )
                 .await
                 {

@@ -42,17 +42,17 @@ impl Invocation<'_> {
         if s.no_hooks {
             a.push("--no-hooks".into());
         }
+        // `--flag=value`: a value that starts with `-` stays a value.
         if let Some(v) = &s.kube_version {
-            a.push("--kube-version".into());
-            a.push(v.value.clone().into());
+            a.push(format!("--kube-version={}", v.value).into());
         }
         for v in &s.api_versions {
-            a.push("--api-versions".into());
-            a.push(v.value.clone().into());
+            a.push(format!("--api-versions={}", v.value).into());
         }
         for f in &self.values {
-            a.push("--values".into());
-            a.push(f.clone());
+            let mut arg = OsString::from("--values=");
+            arg.push(f);
+            a.push(arg);
         }
         a
     }
@@ -160,8 +160,8 @@ mod tests {
         let inv = Invocation {
             release: "web",
             namespace: "prod",
-            chart: "apps/web".into(),
-            values: vec!["apps/values-prod.yaml".into()],
+            chart: "./apps/web".into(),
+            values: vec!["./apps/values-prod.yaml".into()],
             settings: &settings,
         };
         let args: Vec<String> = inv
@@ -171,7 +171,7 @@ mod tests {
             .collect();
         assert_eq!(
             args.join(" "),
-            "template web apps/web --namespace prod --include-crds --skip-tests --no-hooks --api-versions a.io/v1 --values apps/values-prod.yaml"
+            "template web ./apps/web --namespace prod --include-crds --skip-tests --no-hooks --api-versions=a.io/v1 --values=./apps/values-prod.yaml"
         );
     }
 }

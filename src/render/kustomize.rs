@@ -118,6 +118,189 @@ struct Generator {
     env: Option<Ref>,
 }
 
+/// The field names of a kustomization (at any depth) that name files or folders, or hold
+/// entries that do: each must be spelled exactly so, since kustomize matches names ignoring
+/// case.
+const REFERENCE_FIELDS: &[&str] = &[
+    "resources",
+    "bases",
+    "components",
+    "crds",
+    "configurations",
+    "generators",
+    "transformers",
+    "validators",
+    "patches",
+    "patchesStrategicMerge",
+    "patchesJson6902",
+    "replacements",
+    "openapi",
+    "configMapGenerator",
+    "secretGenerator",
+    "helmCharts",
+    "helmGlobals",
+    "helmChartInflationGenerator",
+    "path",
+    "files",
+    "envs",
+    "env",
+    "chartHome",
+    "valuesFile",
+    "additionalValuesFiles",
+];
+
+/// Fields whose values are maps of user data (`map[string]string` and the like in kustomize's
+/// types): not struct fields, so their keys are not folded, and they name no file.
+const MAP_FIELDS: &[&str] = &[
+    "commonLabels",
+    "commonAnnotations",
+    "labels",
+    "annotations",
+    "pairs",
+    "openapi",
+    "options",
+    "metadata",
+];
+
+/// A name as Go's `strings.EqualFold` compares it with an ASCII name: ASCII case ignored, and
+/// the two non-ASCII letters that fold into ASCII (`ſ` U+017F to `s`, `K` U+212A to `k`)
+/// folded.
+fn go_fold(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            '\u{17f}' => 's',
+            '\u{212a}' => 'k',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// Any YAML value, keeping where each mapping key is: only the keys matter.
+#[derive(Debug)]
+enum Any {
+    Map(Vec<(Spanned<Scalar>, Any)>),
+    Seq(Vec<Any>),
+    Other,
+}
+
+/// A mapping key as text, whatever scalar it is.
+#[derive(Debug)]
+struct Scalar(String);
+
+impl Any {
+    /// Every key that folds to a [`REFERENCE_FIELDS`] name without being it: (key, the name,
+    /// line, column).
+    fn misspelled(&self, out: &mut Vec<(String, &'static str, u64, u64)>) {
+        match self {
+            Any::Map(entries) => {
+                for (k, v) in entries {
+                    let folded = go_fold(&k.value.0);
+                    if let Some(canonical) = REFERENCE_FIELDS
+                        .iter()
+                        .find(|f| go_fold(f) == folded && **f != k.value.0)
+                    {
+                        out.push((
+                            k.value.0.clone(),
+                            canonical,
+                            k.referenced.line().max(1),
+                            k.referenced.column().max(1),
+                        ));
+                    }
+                    // Maps of user data (labels, annotations, openapi, options): Go reads
+                    // their keys exactly, and nothing in them names a file.
+                    if !MAP_FIELDS.contains(&k.value.0.as_str()) {
+                        v.misspelled(out);
+                    }
+                }
+            }
+            Any::Seq(items) => items.iter().for_each(|i| i.misspelled(out)),
+            Any::Other => {}
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a scalar key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar(String::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Any {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Any;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Any, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(k) = a.next_key::<Spanned<Scalar>>()? {
+                    entries.push((k, a.next_value::<Any>()?));
+                }
+                Ok(Any::Map(entries))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Any, A::Error> {
+                let mut items = Vec::new();
+                while let Some(i) = a.next_element::<Any>()? {
+                    items.push(i);
+                }
+                Ok(Any::Seq(items))
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Any, D::Error> {
+                Any::deserialize(d)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+            fn visit_none<E>(self) -> Result<Any, E> {
+                Ok(Any::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// How a reference is used, which decides what a folder there means.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Use {
@@ -190,9 +373,49 @@ impl Walker<'_> {
             ));
             return;
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            self.out.diagnostics.push(Diagnostic::error(
+                &file,
+                1,
+                1,
+                "the kustomization is not valid UTF-8; nothing applied",
+            ));
+            return;
+        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let options = serde_saphyr::options! { with_snippet: false };
+        // kustomize reads field names as Go's encoding/json does, ignoring case (and folding
+        // `ſ` to `s`, `K` to `k`): `Resources:` is `resources:` to it. A spelling the walk
+        // would not read is refused, so that no reference reaches kustomize unchecked.
+        if !text.trim().is_empty() {
+            match serde_saphyr::from_str_with_options::<Any>(
+                text,
+                serde_saphyr::options! { with_snippet: false },
+            ) {
+                Ok(tree) => {
+                    let mut found = Vec::new();
+                    tree.misspelled(&mut found);
+                    for (key, canonical, line, column) in found {
+                        self.out.diagnostics.push(Diagnostic::error(
+                            &file,
+                            line,
+                            column,
+                            format!("`{key}` is read by kustomize as `{canonical}` (it ignores case in field names); write `{canonical}`; nothing applied"),
+                        ));
+                    }
+                }
+                Err(e) => {
+                    let (line, column, message) = crate::yaml::error_parts(&e);
+                    self.out.diagnostics.push(Diagnostic::error(
+                        &file,
+                        line,
+                        column,
+                        format!("cannot read the kustomization: {message}"),
+                    ));
+                    return;
+                }
+            }
+        }
         let k: KustomizationFile = if text.trim().is_empty() {
             KustomizationFile::default()
         } else {
@@ -495,6 +718,36 @@ mod tests {
             ":8:3: error: `../link-out` leads outside the repository through the symlink"
         ));
         assert!(w.refused());
+    }
+
+    #[test]
+    fn a_field_spelled_another_way_that_kustomize_would_read_is_refused() {
+        // Go's encoding/json matches `Resources`, `RESOURCES` and `reſources` (U+017F) to
+        // `resources`: the walk, reading only `resources`, would never check them.
+        let t = repo(&[
+            (
+                "app/kustomization.yaml",
+                "resources: [cm.yaml]\nre\u{17f}ources: [../../../etc]\nPatches:\n- PATH: /etc/passwd\nconfigMapGenerator:\n- name: c\n  Files: [/etc/shadow]\n  \u{212a}ind: x\n",
+            ),
+            ("app/cm.yaml", "kind: x"),
+        ]);
+        let w = walk(&t, "app");
+        let got: Vec<String> = w.diagnostics.iter().map(|d| d.to_string()).collect();
+        assert_eq!(got.len(), 4, "{got:#?}");
+        assert!(got[0].starts_with("app/kustomization.yaml:2:1: error: `re\u{17f}ources` is read by kustomize as `resources`"), "{got:#?}");
+        assert!(got[1].contains(":3:1: error: `Patches` is read by kustomize as `patches`"));
+        assert!(got[2].contains(":4:3: error: `PATH` is read by kustomize as `path`"));
+        assert!(got[3].contains(":7:3: error: `Files` is read by kustomize as `files`"));
+        assert!(w.refused());
+        // Other fields in any case (kustomize's own business) and values are left alone.
+        let t = repo(&[(
+            "k/kustomization.yaml",
+            "commonLabels: {Path: x, files: y}\nnamePrefix: Resources-\n",
+        )]);
+        let w = walk(&t, "k");
+        assert!(w.diagnostics.is_empty(), "{:?}", w.diagnostics);
+        let t = repo(&[("u/kustomization.yaml", "")]);
+        assert!(walk(&t, "u").diagnostics.is_empty());
     }
 
     #[test]

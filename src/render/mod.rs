@@ -33,6 +33,7 @@
 mod disk;
 mod helm;
 pub mod kustomize;
+mod redact;
 mod run;
 
 pub use disk::{Folder, FolderKind, render_folders};
@@ -346,33 +347,49 @@ impl Render {
             ),
         };
         if let Some(c) = &self.chart {
-            s.push_str(&format!(
-                " chart={}@{}#{}",
-                c.name,
-                c.version,
-                &c.digest[..12]
-            ));
+            s.push_str(&format!(" chart={}@{}#{}", c.name, c.version, c.digest));
         }
         s
     }
 
+    /// The (version, digest) of the chart an app's recorded source identity (`applied`, whose
+    /// tail is what [`Render::identity`] gave when it was applied) names, when it was applied
+    /// with the same Helm settings (so the same repository and chart).
+    fn pin_in(&self, applied: &str) -> Option<(String, String)> {
+        let settings = self.identity();
+        let settings = settings.split(" chart=").next().filter(|s| !s.is_empty())?;
+        let (_, rest) = applied.split_once(&format!("{settings} chart="))?;
+        let token = rest.split(' ').next()?;
+        let (name_version, digest) = token.rsplit_once('#')?;
+        let (_, version) = name_version.rsplit_once('@')?;
+        Some((version.to_string(), digest.to_string()))
+    }
+
     /// The source stage's part for a chart from a chart repository (`source.helm.chart`):
     /// resolves the version in the repository's index and fetches the archive when the cache
-    /// lacks it. Nothing to do (`Ok(None)`) for any other source.
+    /// lacks it. `applied` is the source identity the app's inventory records (what was
+    /// applied): the chart digest in it is the pin that outlives the chart cache. Nothing to do
+    /// (`Ok(None)`) for any other source.
     ///
     /// # Errors
     ///
     /// [`Error::ChartFailed`]. The chart resolved before stays the one rendered.
-    pub async fn resolve_chart(&mut self, git: &GitCache) -> Result<Option<&charts::Chart>, Error> {
+    pub async fn resolve_chart(
+        &mut self,
+        git: &GitCache,
+        applied: Option<&str>,
+    ) -> Result<Option<&charts::Chart>, Error> {
         let Some(c) = self.settings.helm.as_ref().and_then(|h| h.chart.clone()) else {
             return Ok(None);
         };
+        let pin = applied.and_then(|a| self.pin_in(a));
         let resolved = git
             .charts()
             .resolve(
                 &c.repository.value,
                 &c.name.value,
                 &c.version.value,
+                pin.as_ref().map(|(v, d)| (v.as_str(), d.as_str())),
                 self.settings.fetch_timeout,
             )
             .await
@@ -416,7 +433,7 @@ impl Render {
         if self.renderer == Renderer::Helm {
             let settings = s.helm.clone().unwrap_or_default();
             if settings.chart.is_some() && self.chart.is_none() {
-                self.resolve_chart(git).await?;
+                self.resolve_chart(git, None).await?;
             }
             let chart = match (&settings.chart, &self.chart) {
                 (Some(_), Some(c)) => ChartSource::Remote(c.clone()),
@@ -750,10 +767,26 @@ impl Render {
                 path: git.dir().join("render"),
                 source,
             })?;
+        // What an error message of the renderers must not show (Secret values in the input).
+        let mut helm_values: Option<&serde_json::Value> = None;
+        let mut helm_files: Vec<String> = Vec::new();
+        for (_, unit) in &missing {
+            // The values the app gives (a chart's own defaults are its author's, not secrets).
+            if let Unit::Helm {
+                settings,
+                values_files,
+                ..
+            } = unit
+            {
+                helm_values = settings.values.as_ref().map(|v| &v.value);
+                helm_files.extend(values_files.iter().cloned());
+            }
+        }
+        let hidden = redact::sensitive(&files, helm_values, &helm_files);
         let private = write_private(&base, files).await?;
         for (key, unit) in missing {
             let started = Instant::now();
-            let result = self.run_unit(unit, private.path()).await;
+            let result = self.run_unit(unit, private.path(), &hidden).await;
             self.runs.push(Run {
                 renderer: unit.renderer(),
                 root: unit_root(unit),
@@ -775,15 +808,21 @@ impl Render {
     }
 
     /// Runs one part's renderer in `private` and parses its output.
-    async fn run_unit(&self, unit: &Unit, private: &Path) -> Result<Vec<FileResult>, Error> {
+    async fn run_unit(
+        &self,
+        unit: &Unit,
+        private: &Path,
+        hidden: &[String],
+    ) -> Result<Vec<FileResult>, Error> {
         let s = &self.settings;
         match unit {
             Unit::Kustomize { root, .. } => {
                 let program = locate(s.tools.kustomize.as_deref(), "kustomize")?;
                 let shown = if root.is_empty() { "." } else { root.as_str() };
-                let args: Vec<OsString> = vec!["build".into(), shown.into()];
+                // `./` first: a folder named `--load-restrictor=...` is a path, not a flag.
+                let args: Vec<OsString> = vec!["build".into(), format!("./{root}").into()];
                 let command = format!("kustomize build {shown}");
-                let out = run_checked(&program, &args, private, s, &command).await?;
+                let out = run_checked(&program, &args, private, s, &command, hidden).await?;
                 Ok(vec![parse_output(
                     &kustomize_output_path(shown),
                     &out,
@@ -806,9 +845,7 @@ impl Render {
                     .as_ref()
                     .map_or(s.target_namespace.as_str(), |n| n.value.as_str());
                 let (chart_arg, shown_root): (OsString, String) = match chart {
-                    ChartSource::Local(p) => {
-                        (if p.is_empty() { ".".into() } else { p.into() }, p.clone())
-                    }
+                    ChartSource::Local(p) => (format!("./{p}").into(), p.clone()),
                     ChartSource::Remote(c) => (
                         std::path::absolute(&c.archive)
                             .unwrap_or_else(|_| c.archive.clone())
@@ -816,7 +853,10 @@ impl Render {
                         format!("{}-{}", c.name, c.version),
                     ),
                 };
-                let mut values: Vec<OsString> = values_files.iter().map(OsString::from).collect();
+                let mut values: Vec<OsString> = values_files
+                    .iter()
+                    .map(|v| OsString::from(format!("./{v}")))
+                    .collect();
                 if let Some(v) = &settings.values {
                     let file = private.join(".driftless-values.json");
                     std::fs::write(&file, v.value.to_string()).map_err(|source| {
@@ -842,7 +882,8 @@ impl Render {
                         &shown_root
                     }
                 );
-                let out = run_checked(&program, &invocation.args(), private, s, &command).await?;
+                let out =
+                    run_checked(&program, &invocation.args(), private, s, &command, hidden).await?;
                 let text = String::from_utf8_lossy(&out);
                 let mut results: Vec<FileResult> = helm::split(&text, &shown_root)
                     .into_iter()
@@ -1000,6 +1041,7 @@ async fn run_checked(
     private: &Path,
     s: &Settings,
     command: &str,
+    hidden: &[String],
 ) -> Result<Vec<u8>, Error> {
     let name: &'static str = if command.starts_with("helm") {
         "helm"
@@ -1018,7 +1060,7 @@ async fn run_checked(
     {
         Ok(out) => {
             if !out.stderr.is_empty() {
-                tracing::debug!(command, stderr = %out.stderr, "Renderer printed warnings");
+                tracing::debug!(command, stderr = %redact::hide(&out.stderr, hidden), "Renderer printed warnings");
             }
             Ok(out.stdout)
         }
@@ -1032,7 +1074,7 @@ async fn run_checked(
         }),
         Err(run::Failure::Exited(stderr)) => Err(Error::Failed {
             command: command.to_string(),
-            stderr,
+            stderr: redact::hide(&stderr, hidden),
         }),
         Err(run::Failure::TimedOut) => Err(Error::TimedOut {
             command: command.to_string(),

@@ -133,8 +133,10 @@ pub(super) async fn run(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let reading = async {
-        let out = read_limited(stdout, max_stdout, &kill_group);
-        let err = read_limited(stderr, MAX_STDERR as u64, &|| {});
+        let out = read_limited(stdout, max_stdout, Some(&kill_group));
+        // Past its cap, standard error is read and dropped: a renderer whose pipe closed would
+        // die of SIGPIPE over its warnings.
+        let err = read_limited(stderr, MAX_STDERR as u64, None);
         tokio::join!(out, err)
     };
     let (out, err) = match tokio::time::timeout(limit, reading).await {
@@ -169,12 +171,13 @@ pub(super) async fn run(
     }
 }
 
-/// Reads `from` to its end, at most `max` bytes: past them it calls `on_exceed` (which kills
-/// the run) and returns what it has with `true`.
+/// Reads `from` to its end, keeping at most `max` bytes. Past them, with `on_exceed`, it calls
+/// it (which kills the run) and returns what it has with `true`; without, it goes on reading
+/// to the end and drops the rest.
 async fn read_limited<R: AsyncRead + Unpin>(
     from: Option<R>,
     max: u64,
-    on_exceed: &(dyn Fn() + Sync),
+    on_exceed: Option<&(dyn Fn() + Sync)>,
 ) -> (Vec<u8>, bool) {
     let Some(mut from) = from else {
         return (Vec::new(), false);
@@ -185,11 +188,16 @@ async fn read_limited<R: AsyncRead + Unpin>(
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => return (out, false),
             Ok(n) => {
-                if out.len() as u64 + n as u64 > max {
-                    on_exceed();
-                    return (out, true);
+                let room = max.saturating_sub(out.len() as u64) as usize;
+                if n > room {
+                    if let Some(kill) = on_exceed {
+                        kill();
+                        return (out, true);
+                    }
+                    out.extend_from_slice(&buf[..room]);
+                } else {
+                    out.extend_from_slice(&buf[..n]);
                 }
-                out.extend_from_slice(&buf[..n]);
             }
         }
     }
@@ -228,6 +236,42 @@ pub(super) fn trim_stderr(stderr: &str, private: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_renderer_loud_on_standard_error_is_not_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB of warnings, then the output: closing standard error early would kill it.
+        let script = dir.path().join("loud.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\nset -e\n/usr/bin/head -c 1048576 /dev/zero | /usr/bin/tr '\\0' w >&2\necho 'kind: ok'\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = run(
+            &script,
+            &[],
+            dir.path(),
+            dir.path(),
+            Duration::from_secs(20),
+            1 << 20,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.stdout, b"kind: ok\n");
+        // Past the stdout limit it is killed.
+        let r = run(
+            &script,
+            &[],
+            dir.path(),
+            dir.path(),
+            Duration::from_secs(20),
+            3,
+        )
+        .await;
+        assert!(matches!(r, Err(Failure::TooLarge)), "{r:?}");
+    }
 
     #[test]
     fn stderr_is_trimmed_to_the_error_with_repository_paths() {

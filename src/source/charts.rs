@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::redact_url;
@@ -131,6 +132,12 @@ pub enum Error {
         /// The digest the repository gives now.
         now: String,
     },
+    /// What was downloaded is not a chart archive (a gzipped tar).
+    #[error("{url} is not a chart archive (a .tgz); not used")]
+    NotAnArchive {
+        /// The archive's URL, credentials removed.
+        url: String,
+    },
     /// The cache folder could not be written.
     #[error("cannot write the chart cache at {path}")]
     CacheFailed {
@@ -176,27 +183,124 @@ pub struct Chart {
     pub archive: PathBuf,
 }
 
-/// One entry of `index.yaml` (the fields driftless reads; others are ignored).
-#[derive(Clone, Debug, Deserialize)]
+/// One entry of `index.yaml` (the fields driftless reads).
+#[derive(Clone, Debug)]
 struct IndexEntry {
     version: String,
-    #[serde(default)]
     urls: Vec<String>,
-    #[serde(default)]
     digest: Option<String>,
+}
+
+/// An entry as found: anything at all (helm skips an entry it cannot load, with a warning,
+/// and keeps the rest of the index; so does driftless). Other fields are not read.
+#[derive(Debug, Default)]
+struct RawEntry {
+    version: Option<Value>,
+    urls: Option<Value>,
+    digest: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for RawEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an index entry")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<RawEntry, A::Error> {
+                let mut e = RawEntry::default();
+                while let Some(k) = a.next_key::<String>()? {
+                    match k.as_str() {
+                        "version" => e.version = a.next_value()?,
+                        "urls" => e.urls = a.next_value()?,
+                        "digest" => e.digest = a.next_value()?,
+                        _ => {
+                            a.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(e)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<RawEntry, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(RawEntry::default())
+            }
+            fn visit_unit<E>(self) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_none<E>(self) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<RawEntry, D::Error> {
+                RawEntry::deserialize(d)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<RawEntry, E> {
+                Ok(RawEntry::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl RawEntry {
+    /// The entry, when it has a version; `urls` and `digest` keep what is usable of them.
+    fn usable(self) -> Option<IndexEntry> {
+        let version = match self.version? {
+            Value::String(s) if !s.trim().is_empty() => s,
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        let urls = match self.urls {
+            Some(Value::Array(a)) => a
+                .into_iter()
+                .filter_map(|u| u.as_str().map(str::to_string))
+                .collect(),
+            Some(Value::String(u)) => vec![u],
+            _ => Vec::new(),
+        };
+        let digest = self.digest.and_then(|d| d.as_str().map(str::to_string));
+        Some(IndexEntry {
+            version,
+            urls,
+            digest,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
 struct Index {
     #[serde(default)]
-    entries: HashMap<String, Vec<IndexEntry>>,
+    entries: Option<HashMap<String, Option<Vec<RawEntry>>>>,
 }
 
-/// The last index read from a repository, with its `ETag` for a conditional request.
+type Entries = HashMap<String, Vec<IndexEntry>>;
+
+/// The last index read from a repository: its `ETag` for a conditional request, and the
+/// SHA-256 of its bytes (a repository without ETags is not parsed again when nothing changed).
 #[derive(Debug)]
 struct CachedIndex {
     etag: Option<String>,
-    entries: Arc<HashMap<String, Vec<IndexEntry>>>,
+    sha: Vec<u8>,
+    entries: Arc<Entries>,
 }
 
 /// The chart cache: indexes (in memory, revalidated with `ETag`), archives and pins (on disk).
@@ -241,7 +345,9 @@ impl ChartCache {
     }
 
     /// Resolves `version` of chart `name` in `repository`'s index, downloads its archive when
-    /// the cache lacks it, and returns it pinned. Every request is bounded by `timeout`; the
+    /// the cache lacks it, and returns it pinned. `pinned` is the (version, digest) the caller
+    /// applied before (kept in the store, so it survives this cache): when the version resolved
+    /// is that one, its digest must be that one. Every request is bounded by `timeout`; the
     /// credentials set for the repository go with requests to its host.
     ///
     /// # Errors
@@ -255,6 +361,7 @@ impl ChartCache {
         repository: &str,
         name: &str,
         version: &str,
+        pinned: Option<(&str, &str)>,
         timeout: Duration,
     ) -> Result<Chart, Error> {
         let base = repository.trim_end_matches('/').to_string();
@@ -286,10 +393,20 @@ impl ChartCache {
         })?;
         let folder = self.dir.join(repo_folder(&base));
         let pin = folder.join(format!("{}-{}.sha256", safe(name), safe(&entry.version)));
-        let pinned = std::fs::read_to_string(&pin)
+        let on_disk = std::fs::read_to_string(&pin)
             .ok()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
+        // The caller's pin (what was applied, from the store) outlives this cache: it wins.
+        let given = pinned
+            .filter(|(v, _)| *v == entry.version)
+            .map(|(_, d)| d.to_ascii_lowercase());
+        if let Some(g) = &given
+            && on_disk.as_ref() != Some(g)
+        {
+            write_atomic(&pin, g.as_bytes())?;
+        }
+        let pinned = given.or(on_disk);
         let indexed = entry
             .digest
             .as_deref()
@@ -336,6 +453,13 @@ impl ChartCache {
             .await?
             .map(|(b, _)| b)
             .unwrap_or_default();
+        // A chart archive is a gzipped tar: anything else (an HTML error page served with 200)
+        // is never pinned.
+        if !bytes.starts_with(&[0x1f, 0x8b]) {
+            return Err(Error::NotAnArchive {
+                url: redact_url(&url),
+            });
+        }
         let actual = hex(&Sha256::digest(&bytes));
         if let Some(expected) = &indexed
             && *expected != actual
@@ -378,7 +502,7 @@ impl ChartCache {
         base: &str,
         credentials: Option<&Credentials>,
         timeout: Duration,
-    ) -> Result<Arc<HashMap<String, Vec<IndexEntry>>>, Error> {
+    ) -> Result<Arc<Entries>, Error> {
         let url = format!("{base}/index.yaml");
         let (etag, known) = {
             let cached = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
@@ -404,24 +528,28 @@ impl ChartCache {
                 message: "answered 304 to a request that was not conditional".into(),
             });
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let options = serde_saphyr::options! {
-            with_snippet: false,
-            budget: serde_saphyr::budget! {
-                max_documents: 4,
-                max_nodes: 50_000_000,
-                max_events: 100_000_000,
-                max_depth: 64,
-            },
-        };
-        let index: Index = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
-            let (line, column, message) = crate::yaml::error_parts(&e);
-            Error::IndexInvalid {
-                url: redact_url(&url),
-                message: format!("line {line} column {column}: {message}"),
-            }
-        })?;
-        let entries = Arc::new(index.entries);
+        let sha = Sha256::digest(&bytes).to_vec();
+        if let Some(k) = known.filter(|_| {
+            self.indexes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(base)
+                .is_some_and(|c| c.sha == sha)
+        }) {
+            return Ok(k);
+        }
+        let shown = redact_url(&url);
+        // A large index takes a while to parse: off the async workers.
+        let parsed = tokio::task::spawn_blocking(move || parse_index(&bytes))
+            .await
+            .map_err(|e| Error::IndexInvalid {
+                url: shown.clone(),
+                message: e.to_string(),
+            })?;
+        let entries = Arc::new(parsed.map_err(|message| Error::IndexInvalid {
+            url: shown.clone(),
+            message,
+        })?);
         self.indexes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -429,6 +557,7 @@ impl ChartCache {
                 base.to_string(),
                 CachedIndex {
                     etag,
+                    sha,
                     entries: entries.clone(),
                 },
             );
@@ -493,6 +622,38 @@ impl ChartCache {
         }
         Ok(Some((body, etag)))
     }
+}
+
+/// The entries of an `index.yaml`; an entry without a version is skipped (with a debug line),
+/// as helm skips it. `Err` with the line and column when it is not YAML of that shape.
+fn parse_index(bytes: &[u8]) -> Result<Entries, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        budget: serde_saphyr::budget! {
+            max_documents: 4,
+            max_nodes: 50_000_000,
+            max_events: 100_000_000,
+            max_depth: 64,
+            max_total_scalar_bytes: MAX_INDEX_BYTES * 2,
+        },
+    };
+    let index: Index = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
+        let (line, column, message) = crate::yaml::error_parts(&e);
+        format!("line {line} column {column}: {message}")
+    })?;
+    let mut out = Entries::new();
+    for (name, list) in index.entries.unwrap_or_default() {
+        let mut usable = Vec::new();
+        for raw in list.unwrap_or_default() {
+            match raw.usable() {
+                Some(e) => usable.push(e),
+                None => tracing::debug!(chart = %name, "Index entry without a version skipped"),
+            }
+        }
+        out.insert(name, usable);
+    }
+    Ok(out)
 }
 
 /// Why no version was picked.
@@ -623,25 +784,25 @@ fn archive_name(name: &str, version: &str, digest: &str) -> String {
     )
 }
 
-/// An index's URL for an archive: absolute as given, else relative to the repository.
+/// An index's URL for an archive, resolved against the repository's folder as a browser (and
+/// helm) resolves a link: an absolute URL stays, a relative one is joined to `<base>/`.
 fn absolute_url(base: &str, url: &str) -> String {
-    if url.contains("://") {
-        url.to_string()
-    } else {
-        format!(
-            "{base}/{}",
-            url.trim_start_matches("./").trim_start_matches('/')
-        )
+    match reqwest::Url::parse(&format!("{base}/")).and_then(|b| b.join(url)) {
+        Ok(u) => u.to_string(),
+        Err(_) => url.to_string(),
     }
 }
 
-/// True when `url` is on the same scheme, host and port as `base`.
+/// True when `url` is on the same scheme, host and port as `base`, as the URL parser that
+/// sends the request reads them (a `\`, `?`, `#` or `@` cannot make two hosts look alike).
 fn same_host(url: &str, base: &str) -> bool {
-    let origin = |u: &str| -> Option<String> {
-        let (scheme, rest) = u.split_once("://")?;
-        let host = rest.split('/').next()?;
-        let host = host.rsplit('@').next()?;
-        Some(format!("{scheme}://{}", host.to_ascii_lowercase()))
+    let origin = |u: &str| {
+        let u = reqwest::Url::parse(u).ok()?;
+        Some((
+            u.scheme().to_string(),
+            u.host_str()?.to_ascii_lowercase(),
+            u.port_or_known_default(),
+        ))
     };
     origin(url).is_some() && origin(url) == origin(base)
 }
@@ -709,13 +870,43 @@ mod tests {
     }
 
     #[test]
+    fn an_index_entry_that_cannot_be_read_is_skipped_as_helm_skips_it() {
+        let index = b"apiVersion: v1\nentries:\n  other: null\n  broken:\n  - name: broken\n  - 7\n  web:\n  - version: 1.0\n    urls: null\n    description: x\n  - version: 1.1.0\n    urls: [web-1.1.0.tgz]\n    digest: abc\n";
+        let e = parse_index(index).unwrap();
+        assert!(e["broken"].is_empty() && e["other"].is_empty());
+        assert_eq!(e["web"].len(), 2);
+        assert_eq!(e["web"][0].version, "1.0");
+        assert_eq!(e["web"][1].urls, vec!["web-1.1.0.tgz".to_string()]);
+        assert!(
+            parse_index(b"entries: [1, 2]\n")
+                .unwrap_err()
+                .starts_with("line 1")
+        );
+    }
+
+    #[test]
     fn credentials_go_to_the_repository_host_only() {
         let base = "https://charts.example.com/stable";
         assert!(same_host("https://charts.example.com/stable/x-1.tgz", base));
-        assert!(same_host("https://CHARTS.example.com/other/x.tgz", base));
+        assert!(same_host(
+            "https://CHARTS.example.com:443/other/x.tgz",
+            base
+        ));
         assert!(!same_host("https://cdn.example.net/x.tgz", base));
         assert!(!same_host("http://charts.example.com/x.tgz", base));
+        assert!(!same_host("https://charts.example.com:8443/x.tgz", base));
+        // URLs whose text names the repository's host after the real one.
+        let local = "http://127.0.0.1:18091";
+        for tricky in [
+            "http://127.0.0.1:18092#@127.0.0.1:18091/x",
+            "http://127.0.0.1:18092?@127.0.0.1:18091/x",
+            "http://127.0.0.1:18092\\@127.0.0.1:18091/x.tgz",
+            "http://evil.example@127.0.0.1:18092/x.tgz",
+        ] {
+            assert!(!same_host(tricky, local), "{tricky}");
+        }
         assert_eq!(absolute_url(base, "x-1.tgz"), format!("{base}/x-1.tgz"));
+        assert_eq!(absolute_url(base, "./x-1.tgz"), format!("{base}/x-1.tgz"));
         assert_eq!(absolute_url(base, "https://cdn/x.tgz"), "https://cdn/x.tgz");
     }
 }
