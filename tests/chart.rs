@@ -440,8 +440,20 @@ fn the_dockerfile_builds_a_release_with_etcd_and_runs_as_non_root() {
     // No Docker daemon or image registry here: check what the image build relies on.
     let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
     let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
-    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert_eq!(froms.len(), 3, "multi-stage: {froms:?}");
     assert!(froms[0].ends_with(" AS build"), "{froms:?}");
+    // The renderers, built from the modules tools/ pins, at the versions scripts/test tests.
+    assert!(froms[1].starts_with("FROM golang:1.26") && froms[1].ends_with(" AS renderers"));
+    for needed in [
+        "COPY tools/kustomize kustomize",
+        "COPY tools/helm helm",
+        "GOFLAGS=\"-mod=readonly",
+        "sigs.k8s.io/kustomize/kustomize/v5",
+        "helm.sh/helm/v4/cmd/helm",
+        "COPY --from=renderers /out/kustomize /out/helm /usr/local/bin/",
+    ] {
+        assert!(text.contains(needed), "{needed}");
+    }
     assert!(
         text.contains("cargo build --release --locked --features etcd"),
         "a locked release build with the etcd feature"
