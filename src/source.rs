@@ -1588,7 +1588,8 @@ fn local_ref(remote_ref: &str) -> String {
 
 /// Normalizes a slash-separated repository path, resolving `.` and `..`. `None` when it climbs
 /// above the root.
-fn normalize(path: &str) -> Option<String> {
+/// `a/./b/../c` → `a/c`, as a repository path; `None` when `..` climbs past the root.
+pub fn normalize(path: &str) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
     for seg in path.split('/') {
         match seg {
@@ -1654,18 +1655,7 @@ fn read_files(
     };
     let missing = "does not exist";
     let base = normalize(path).ok_or_else(|| path_not_found(missing))?;
-    let mut walker = Walker {
-        repo,
-        root: root.clone(),
-        out: Files::default(),
-        stack: HashSet::new(),
-        limits,
-        entries: 0,
-        bytes: 0,
-        stopped: false,
-        wants,
-        stop_at_rendered: true,
-    };
+    let mut walker = Walker::new(repo, root.clone(), limits, wants, true);
     let tree = if base.is_empty() {
         root
     } else {
@@ -1714,6 +1704,28 @@ enum Resolved<'r> {
 }
 
 impl<'r> Walker<'r> {
+    /// A walker of `root`'s tree that reads the files `wants` selects, within `limits`.
+    fn new(
+        repo: &'r Repository,
+        root: git2::Tree<'r>,
+        limits: Limits,
+        wants: fn(&str) -> bool,
+        stop_at_rendered: bool,
+    ) -> Self {
+        Walker {
+            repo,
+            root,
+            out: Files::default(),
+            stack: HashSet::new(),
+            limits,
+            entries: 0,
+            bytes: 0,
+            stopped: false,
+            wants,
+            stop_at_rendered,
+        }
+    }
+
     /// Resolves a repository path through any symlinks along it.
     fn resolve(&self, path: &str, hops: usize) -> Option<Resolved<'r>> {
         if hops > MAX_LINK_HOPS {

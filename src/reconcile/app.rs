@@ -681,6 +681,20 @@ impl App {
         )
     }
 
+    /// Logs a failure of the source stage (`step`: `fetch`, `chart`, `render`) once: retries
+    /// failing the same way are debug lines (the condition and the backoff say it goes on).
+    fn source_failed(&self, step: &'static str, message: &str) {
+        let again =
+            matches!(&self.problem, Some(Problem::Source { message: m, .. }) if m == message);
+        if again {
+            tracing::debug!(step, error = %message, "Source stage failed again");
+        } else if self.in_force.is_some() {
+            tracing::warn!(step, error = %message, "Source stage failed; the revision in force stays enforced");
+        } else {
+            tracing::warn!(step, error = %message, "Source stage failed; nothing is applied yet");
+        }
+    }
+
     /// Fetches the source and, when the newest revision is new and valid, makes it the one in
     /// force. `Err` when the source failed (a parse error is not a failure to retry: the same
     /// commit will not parse better).
@@ -714,14 +728,7 @@ impl App {
             Ok(f) => f,
             Err(e) => {
                 let message = error_chain(&e);
-                // Once per failure: retries failing the same way are debug lines (the
-                // condition and the backoff say it goes on).
-                let again = matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
-                if again {
-                    tracing::debug!(error = %message, "Fetch failed again");
-                } else {
-                    tracing::warn!(error = %message, "Fetch failed; the revision in force stays enforced");
-                }
+                self.source_failed("fetch", &message);
                 self.problem = Some(revision::fetch_problem(&e, message));
                 return Err(FetchFailed::Source);
             }
@@ -756,13 +763,7 @@ impl App {
             .await
         {
             let message = error_chain(&e);
-            let again =
-                matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
-            if again {
-                tracing::debug!(error = %message, "Chart fetch failed again");
-            } else {
-                tracing::warn!(error = %message, "Chart fetch failed; the revision in force stays enforced");
-            }
+            self.source_failed("chart", &message);
             self.last_attempted = Some(revision.clone());
             self.problem = Some(revision::render_problem(&e, message));
             return Err(FetchFailed::Source);
@@ -883,16 +884,7 @@ impl App {
             Ok(set) => set,
             Err(e) => {
                 let message = error_chain(&e);
-                let again = matches!(&self.problem, Some(Problem::Source { message: m, .. }) if *m == message);
-                if again {
-                    tracing::debug!(revision = %revision.short(), error = %message, "Render failed again");
-                } else {
-                    if self.in_force.is_some() {
-                        tracing::warn!(revision = %revision.short(), error = %message, "Render failed; the revision in force stays enforced");
-                    } else {
-                        tracing::warn!(revision = %revision.short(), error = %message, "Render failed; nothing is applied");
-                    }
-                }
+                self.source_failed("render", &message);
                 self.diagnostics.clear();
                 self.problem = Some(revision::render_problem(&e, message));
                 return Err(FetchFailed::Source);

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use crate::manifest::Diagnostic;
+pub use crate::source::normalize;
 use crate::source::{Entry, KUSTOMIZATION_FILES};
 
 /// What the walk reads: a repository at one revision (Git objects, or a folder on disk for
@@ -591,21 +592,6 @@ fn join(dir: &str, name: &str) -> String {
     } else {
         format!("{dir}/{name}")
     }
-}
-
-/// `a/./b/../c` → `a/c`; `None` when `..` climbs past the root.
-pub fn normalize(path: &str) -> Option<String> {
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in path.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            s => parts.push(s),
-        }
-    }
-    Some(parts.join("/"))
 }
 
 #[cfg(test)]

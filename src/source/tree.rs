@@ -3,8 +3,6 @@
 //! set of paths (to write a private copy for `kustomize build` or `helm template`). All of it
 //! runs inside one blocking task ([`GitCache::with_tree`]); nothing is checked out.
 
-use std::collections::HashSet;
-
 use git2::{Oid, Repository};
 
 use super::{Error, Files, GitCache, Limits, Resolved, Result, Walker, normalize};
@@ -57,18 +55,13 @@ pub struct TreeReader<'r> {
 
 impl<'r> TreeReader<'r> {
     fn walker(&self, limits: Limits, stop_at_rendered: bool) -> Walker<'r> {
-        Walker {
-            repo: self.repo,
-            root: self.root.clone(),
-            out: Files::default(),
-            stack: HashSet::new(),
+        Walker::new(
+            self.repo,
+            self.root.clone(),
             limits,
-            entries: 0,
-            bytes: 0,
-            stopped: false,
-            wants: |_| true,
+            |_| true,
             stop_at_rendered,
-        }
+        )
     }
 
     /// The commit this tree belongs to.
