@@ -1083,10 +1083,7 @@ impl GitCache {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();
         tokio::task::spawn_blocking(move || {
-            let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
-                path: repo_path.clone(),
-                source,
-            })?;
+            let repo = open_cache(&repo_path)?;
             let rejected = |reason: String| Error::SignatureRejected {
                 revision: revision.0.clone(),
                 reason,
@@ -1148,10 +1145,7 @@ impl GitCache {
         let span = tracing::debug_span!("git_read", revision = %revision.short(), path = %path);
         tokio::task::spawn_blocking(move || {
             let _span = span.entered();
-            let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
-                path: repo_path.clone(),
-                source,
-            })?;
+            let repo = open_cache(&repo_path)?;
             let read = read_files(&repo, &revision, &path, limits, wants);
             if let Err(Error::ReadFailed { source, .. }) = &read
                 && matches!(
@@ -1167,6 +1161,14 @@ impl GitCache {
         .await
         .map_err(Error::TaskFailed)?
     }
+}
+
+/// Opens the bare cache at `path` for reading ([`Error::CacheFailed`] when it cannot be).
+fn open_cache(path: &Path) -> Result<Repository> {
+    Repository::open_bare(path).map_err(|source| Error::CacheFailed {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Takes the cache of one repository for a fetch, against other processes too (`driftless

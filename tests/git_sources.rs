@@ -679,21 +679,7 @@ fn openpgp_signed_commits_are_verified_against_the_given_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_signature_is_reported_on_the_commit() {
-    use wiremock::matchers::{method, path_regex};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-    let github = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path_regex(
-            r"^/repos/acme/web/commits/[0-9a-f]{40}/statuses$",
-        ))
-        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
-        .mount(&github)
-        .await;
-    Mock::given(method("POST"))
-        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
-        .respond_with(ResponseTemplate::new(201))
-        .mount(&github)
-        .await;
+    let github = common::github_status_host().await;
     let env = Env::new();
     let keys = tempfile::tempdir().unwrap();
     let trusted_pub = ssh_keygen(&keys.path().join("trusted"));
@@ -716,14 +702,11 @@ async fn a_refused_signature_is_reported_on_the_commit() {
     let agent = env.agent_with_env(&[("DRIFTLESS_TEST_GH_TOKEN", "gh-token")]);
     let mut posted = None;
     for _ in 0..300 {
-        posted = github
-            .received_requests()
+        posted = common::posted_statuses(&github)
             .await
-            .unwrap()
             .into_iter()
-            .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with(&unsigned))
-            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
-            .next();
+            .find(|(sha, _)| *sha == unsigned)
+            .map(|(_, body)| body);
         if posted.is_some() {
             break;
         }

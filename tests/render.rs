@@ -767,21 +767,7 @@ fn remote_bases_and_references_out_of_the_repository_are_refused_before_kustomiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_failing_or_hanging_renderer_keeps_the_last_good_revision_and_posts_an_error() {
-    use wiremock::matchers::{method, path_regex};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-    let github = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path_regex(
-            r"^/repos/acme/web/commits/[0-9a-f]{40}/statuses$",
-        ))
-        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
-        .mount(&github)
-        .await;
-    Mock::given(method("POST"))
-        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
-        .respond_with(ResponseTemplate::new(201))
-        .mount(&github)
-        .await;
+    let github = common::github_status_host().await;
     let repo = GitRepo::new();
     repo.write("app/kustomization.yaml", "resources: [cm.yaml]\n");
     repo.write("app/cm.yaml", configmap("a", &[("k", "1")]));
@@ -812,19 +798,7 @@ async fn a_missing_failing_or_hanging_renderer_keeps_the_last_good_revision_and_
     };
     let out = sync("", "60s");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let posted = || async {
-        github
-            .received_requests()
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|r| r.method.as_str() == "POST")
-            .map(|r| {
-                let sha = r.url.path().rsplit('/').next().unwrap().to_string();
-                (sha, serde_json::from_slice::<Value>(&r.body).unwrap())
-            })
-            .collect::<Vec<_>>()
-    };
+    let posted = || common::posted_statuses(&github);
     let script = env.dir.path().join("hang.sh");
     std::fs::write(&script, "#!/bin/sh\n/bin/sleep 613\necho never\n").unwrap();
     use std::os::unix::fs::PermissionsExt;

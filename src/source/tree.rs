@@ -5,7 +5,7 @@
 
 use git2::{Oid, Repository};
 
-use super::{Error, Files, GitCache, Limits, Resolved, Result, Walker, normalize};
+use super::{Error, Files, GitCache, Limits, Resolved, Result, Walker, normalize, open_cache};
 use crate::object::Revision;
 
 /// What a repository path is at one revision, after following symlinks that stay inside the
@@ -186,10 +186,7 @@ impl GitCache {
         let span = tracing::debug_span!("git_tree", revision = %revision.short());
         tokio::task::spawn_blocking(move || {
             let _span = span.entered();
-            let repo = Repository::open_bare(&repo_path).map_err(|source| Error::CacheFailed {
-                path: repo_path.clone(),
-                source,
-            })?;
+            let repo = open_cache(&repo_path)?;
             let read_failed = |source| Error::ReadFailed {
                 what: format!("commit {revision}"),
                 source,

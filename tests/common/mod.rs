@@ -790,3 +790,39 @@ impl Drop for SshServer {
         let _ = self.child.wait();
     }
 }
+
+/// An in-process GitHub commit-status API (`acme/web`), as GitHub documents it: listing a
+/// commit's statuses answers an empty list, creating one answers 201.
+pub async fn github_status_host() -> wiremock::MockServer {
+    use wiremock::matchers::{method, path_regex};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let github = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex(
+            r"^/repos/acme/web/commits/[0-9a-f]{40}/statuses$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
+        .mount(&github)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/acme/web/statuses/[0-9a-f]{40}$"))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&github)
+        .await;
+    github
+}
+
+/// The statuses POSTed to `server` so far: (commit, body).
+pub async fn posted_statuses(server: &wiremock::MockServer) -> Vec<(String, Value)> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .map(|r| {
+            let sha = r.url.path().rsplit('/').next().unwrap().to_string();
+            (sha, serde_json::from_slice(&r.body).unwrap())
+        })
+        .collect()
+}
