@@ -6,6 +6,7 @@
 //! as in Kubernetes, where `apps/v1` and `apps/v1beta2` name the same stored object.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -118,9 +119,33 @@ impl fmt::Display for Revision {
 /// Construct it with [`Object::from_value`], which checks those fields, so the accessors for
 /// identity never fail. Key order is preserved (`serde_json`'s `preserve_order`), so an object
 /// prints in the order it was declared.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "Value", into = "Value")]
-pub struct Object(Map<String, Value>);
+///
+/// The mapping is shared: cloning an object costs a reference count, not a copy of its fields
+/// (a desired set, the inventory's last-applied copies and a plan's steps hold the same
+/// declarations), and the first change through [`Object::as_map_mut`] or
+/// [`Object::metadata_mut`] of a shared object copies it (copy on write), so no holder ever
+/// sees another's change.
+#[derive(Clone, Debug)]
+pub struct Object(Arc<Map<String, Value>>);
+
+impl PartialEq for Object {
+    /// Equal fields; a shared mapping is equal without a look at them.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Serialize for Object {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Object::from_value(Value::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
 
 impl TryFrom<Value> for Object {
     type Error = Error;
@@ -130,8 +155,9 @@ impl TryFrom<Value> for Object {
 }
 
 impl From<Object> for Value {
+    /// The mapping, moved out when this is its only holder, copied otherwise.
     fn from(o: Object) -> Value {
-        Value::Object(o.0)
+        Value::Object(Arc::unwrap_or_clone(o.0))
     }
 }
 
@@ -200,7 +226,7 @@ impl Object {
                 });
             }
         }
-        Ok(Object(map))
+        Ok(Object(Arc::new(map)))
     }
 
     /// Builds one of driftless's own records: `apiVersion: driftless.io/v1`, the given kind and
@@ -213,7 +239,7 @@ impl Object {
         meta.insert("name".into(), name.into());
         map.insert("metadata".into(), Value::Object(meta));
         map.extend(body);
-        Object(map)
+        Object(Arc::new(map))
     }
 
     fn str_field(&self, field: &str) -> &str {
@@ -257,8 +283,7 @@ impl Object {
 
     /// `metadata` as a mutable mapping, created when absent.
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
-        let entry = self
-            .0
+        let entry = Arc::make_mut(&mut self.0)
             .entry("metadata")
             .or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
@@ -320,10 +345,16 @@ impl Object {
         &self.0
     }
 
-    /// The object as a mutable JSON mapping. Callers must keep `apiVersion`, `kind` and
-    /// `metadata.name` strings.
+    /// The object as a mutable JSON mapping (copied first when shared). Callers must keep
+    /// `apiVersion`, `kind` and `metadata.name` strings.
     pub fn as_map_mut(&mut self) -> &mut Map<String, Value> {
-        &mut self.0
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// True when `self` and `other` share one mapping (one is a clone of the other, neither
+    /// changed since): equal without comparing their fields.
+    pub fn same(&self, other: &Object) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// A field at the top level (`spec`, `data`, `status`, ...).
