@@ -790,6 +790,8 @@ pub const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 struct Gather {
     /// Refs asked for and not yet taken by a fetch.
     wanted: std::collections::BTreeSet<Option<String>>,
+    /// Every ref ever asked of this cache: with only one, there is nobody to gather.
+    known: std::collections::BTreeSet<Option<String>>,
     /// When the last fetch listed the remote, and what it found per ref.
     done: Option<(std::time::Instant, HashMap<Option<String>, Fetched>)>,
 }
@@ -913,12 +915,15 @@ impl GitCache {
         });
         let asked = std::time::Instant::now();
         let gather = self.gather_for(&path);
+        // Other refs of this repository are asked for too (apps on other branches): a fetch
+        // waits [`GATHER`] for them. Requests for one ref need no wait: whoever asks while a
+        // fetch lists the remote is served by the next one, which takes them all.
+        let mut others = false;
         if !by_id {
-            gather
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .wanted
-                .insert(reference.clone());
+            let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
+            g.wanted.insert(reference.clone());
+            g.known.insert(reference.clone());
+            others = g.known.len() > 1;
         }
         let transfers = self.transfers.clone();
         let task = {
@@ -951,7 +956,9 @@ impl GitCache {
                 }
                 // Lead: let the apps asking at the same moment join, then fetch every ref asked
                 // for in one listing and one transfer.
-                tokio::time::sleep(GATHER).await;
+                if others {
+                    tokio::time::sleep(GATHER).await;
+                }
                 let refs: Vec<Option<String>> = {
                     let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
                     let mut refs: Vec<Option<String>> =
@@ -1328,17 +1335,40 @@ fn fetch_refs_blocking(
         .map(|n| (n.clone(), repo.refname_to_id(&local_ref(n)).ok()))
         .collect();
     let mut received_objects = 0;
-    if !names.is_empty() {
-        let specs: Vec<String> = names
-            .iter()
-            .map(|n| format!("+{n}:{}", local_ref(n)))
-            .collect();
-        let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
-        let mut opts = session.fetch_options(url, true);
-        remote
-            .fetch(&specs, Some(&mut opts), None)
-            .map_err(fetch_failed)?;
-        received_objects = remote.stats().received_objects();
+    // Refs whose listed commit the cache's ref already names need no transfer: a poll that
+    // finds nothing new is one listing.
+    let listed = |name: &String| heads.iter().find(|(n, _)| n == name).map(|(_, id)| *id);
+    let moved: Vec<&String> = names
+        .iter()
+        .filter(|n| listed(n) != before.get(*n).copied().flatten())
+        .collect();
+    if !moved.is_empty() {
+        match local_objects(url) {
+            // A repository on this machine: its objects are read where they are (an
+            // alternate of the cache, as `git clone --shared` does), and only the refs move:
+            // no pack is built, compressed and indexed for a copy of what is on the same disk.
+            Some(objects) => {
+                share_objects(&repo, &objects).map_err(fetch_failed)?;
+                for name in &moved {
+                    if let Some(id) = listed(name) {
+                        repo.reference(&local_ref(name), id, true, "driftless: fetch")
+                            .map_err(fetch_failed)?;
+                    }
+                }
+            }
+            None => {
+                let specs: Vec<String> = moved
+                    .iter()
+                    .map(|n| format!("+{n}:{}", local_ref(n)))
+                    .collect();
+                let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+                let mut opts = session.fetch_options(url, true);
+                remote
+                    .fetch(&specs, Some(&mut opts), None)
+                    .map_err(fetch_failed)?;
+                received_objects = remote.stats().received_objects();
+            }
+        }
     }
     let mut out = Vec::new();
     for (reference, name) in resolved {
@@ -1570,6 +1600,39 @@ fn ensure_local_exists(url: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The object folder of a repository on this machine (a path, or a `file://` URL), made
+/// absolute; `None` for a remote URL, or when it cannot be opened (the listing before has said
+/// why already).
+fn local_objects(url: &str) -> Option<PathBuf> {
+    let path = match url.strip_prefix("file://") {
+        Some(p) => p,
+        None if !url.contains("://") && !url.contains('@') => url,
+        None => return None,
+    };
+    let repo = Repository::open(path).ok()?;
+    std::fs::canonicalize(repo.commondir().join("objects")).ok()
+}
+
+/// Makes `objects` (another repository's object folder) an alternate of the cache `repo`:
+/// its objects are read from there, never copied. Written once; the file is replaced whole.
+fn share_objects(repo: &Repository, objects: &Path) -> std::result::Result<(), git2::Error> {
+    let info = repo.path().join("objects").join("info");
+    let file = info.join("alternates");
+    let line = format!("{}\n", objects.display());
+    if std::fs::read_to_string(&file).is_ok_and(|had| had == line) {
+        return Ok(());
+    }
+    let io =
+        |e: std::io::Error| git2::Error::from_str(&format!("cannot write {}: {e}", file.display()));
+    std::fs::create_dir_all(&info).map_err(io)?;
+    let staging = info.join(format!("alternates.{}", std::process::id()));
+    std::fs::write(&staging, line).map_err(io)?;
+    std::fs::rename(&staging, &file).map_err(io)?;
+    // The object database was opened before the alternate existed.
+    repo.odb()?
+        .add_disk_alternate(&objects.display().to_string())
 }
 
 /// True when the transport of `url` can fetch shallow (libgit2's local transport cannot).

@@ -88,17 +88,60 @@ async fn fetches_are_incremental() {
         );
     }
     repo.commit("many");
+    // Over the Git protocol: a repository on this machine is not copied at all (below).
+    let daemon = common::GitDaemon::start(repo.path().parent().unwrap());
+    let url = daemon.url(repo.path().file_name().unwrap().to_str().unwrap());
+    let (_d, cache) = cache();
+    let first = cache.fetch(&url, None).await.unwrap();
+    assert!(first.received_objects >= 32, "{first:?}");
+    let again = cache.fetch(&url, None).await.unwrap();
+    assert_eq!(again.received_objects, 0, "nothing new: nothing received");
+    repo.write("app/0.yaml", configmap("c0", &[("i", "changed")]));
+    let id = repo.commit("one change");
+    let next = cache.fetch(&url, None).await.unwrap();
+    assert_eq!(next.revision.0, id);
+    // The new commit, two trees (root and app/) and one blob.
+    assert_eq!(next.received_objects, 4, "{next:?}");
+}
+
+#[tokio::test]
+async fn a_repository_on_this_machine_is_read_in_place_not_copied() {
+    let repo = GitRepo::new();
+    for i in 0..30 {
+        repo.write(
+            &format!("app/{i}.yaml"),
+            configmap(&format!("c{i}"), &[("i", &i.to_string())]),
+        );
+    }
+    repo.commit("many");
     let (_d, cache) = cache();
     let first = cache.fetch(&repo.url(), None).await.unwrap();
-    assert!(first.received_objects >= 32, "{first:?}");
-    let again = cache.fetch(&repo.url(), None).await.unwrap();
-    assert_eq!(again.received_objects, 0, "nothing new: nothing received");
+    assert_eq!(first.received_objects, 0, "{first:?}");
+    // Its objects are an alternate of the cache (as `git clone --shared`): no pack was built.
+    let cached = cache.repo_path(&repo.url());
+    let alternates = std::fs::read_to_string(cached.join("objects/info/alternates")).unwrap();
+    let source_objects = std::fs::canonicalize(repo.path().join(".git/objects")).unwrap();
+    assert_eq!(alternates.trim(), source_objects.display().to_string());
+    let packs = std::fs::read_dir(cached.join("objects/pack"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(packs, 0, "nothing packed into the cache");
+    // The files read the same, and a new commit is seen by the next fetch.
+    let files = cache
+        .read(&repo.url(), &first.revision, "app", Limits::default())
+        .await
+        .unwrap();
+    assert_eq!(files.files.len(), 30);
     repo.write("app/0.yaml", configmap("c0", &[("i", "changed")]));
     let id = repo.commit("one change");
     let next = cache.fetch(&repo.url(), None).await.unwrap();
     assert_eq!(next.revision.0, id);
-    // The new commit, two trees (root and app/) and one blob.
-    assert_eq!(next.received_objects, 4, "{next:?}");
+    let files = cache
+        .read(&repo.url(), &next.revision, "app", Limits::default())
+        .await
+        .unwrap();
+    let (_, text) = files.files.iter().find(|(p, _)| p == "app/0.yaml").unwrap();
+    assert!(String::from_utf8_lossy(text).contains("changed"));
 }
 
 #[tokio::test]
