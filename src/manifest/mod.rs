@@ -10,11 +10,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
-use serde_saphyr::Spanned;
 
 use crate::object::{self, Object, ObjectKey};
+
+mod fast;
+mod tree;
+use tree::{Node, NodeKind, parse_documents};
 
 /// How serious a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
@@ -179,6 +181,16 @@ pub fn parse_many(files: &[(&str, &[u8])]) -> Vec<FileResult> {
     parse_files(files).into_iter().map(|(_, r)| r).collect()
 }
 
+/// Gives a namespaced object without a namespace the default one (`opts.default_namespace`),
+/// as `kubectl apply` does with its context's namespace. [`assemble`] does it; a caller that
+/// keeps [`FileResult`]s across passes does it once on the fresh ones, before sharing them
+/// (an object shared with a cache would be copied to be changed).
+pub fn default_namespace(obj: &mut Object, opts: &Options) {
+    if obj.namespace().is_empty() && !object::is_cluster_scoped(obj.group(), obj.kind()) {
+        obj.set_namespace(&opts.default_namespace);
+    }
+}
+
 /// Builds a desired set from per-file results given in path order: namespaces defaulted, and
 /// an object declared twice is an error naming both places.
 pub fn assemble(
@@ -196,9 +208,7 @@ pub fn assemble(
         set.diagnostics.extend(parsed.diagnostics);
         for mut declared in parsed.objects {
             let obj = &mut declared.object;
-            if obj.namespace().is_empty() && !object::is_cluster_scoped(obj.group(), obj.kind()) {
-                obj.set_namespace(&opts.default_namespace);
-            }
+            default_namespace(obj, opts);
             let key = obj.key();
             if let Some(first) = set.objects.get(&key) {
                 set.diagnostics.push(Diagnostic::error(
@@ -465,130 +475,6 @@ fn json_syntax_error(text: &str) -> Option<(u64, u64, String)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The spanned YAML tree.
-
-/// A YAML node with the places it was used and defined (they differ for aliases).
-type Node = Spanned<NodeKind>;
-
-/// The value of a YAML node, as the parser resolved it under the YAML 1.2 core schema.
-#[derive(Debug)]
-enum NodeKind {
-    Null,
-    Bool(bool),
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    Str(String),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
-}
-
-impl<'de> Deserialize<'de> for NodeKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NodeKind;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_unit<E>(self) -> Result<NodeKind, E> {
-                Ok(NodeKind::Null)
-            }
-            fn visit_none<E>(self) -> Result<NodeKind, E> {
-                Ok(NodeKind::Null)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<NodeKind, D::Error> {
-                NodeKind::deserialize(d)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<NodeKind, E> {
-                Ok(NodeKind::Bool(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<NodeKind, E> {
-                Ok(NodeKind::Int(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<NodeKind, E> {
-                Ok(NodeKind::UInt(v))
-            }
-            fn visit_i128<E: de::Error>(self, v: i128) -> Result<NodeKind, E> {
-                i64::try_from(v)
-                    .map(NodeKind::Int)
-                    .map_err(|_| E::custom("integer out of range"))
-            }
-            fn visit_u128<E: de::Error>(self, v: u128) -> Result<NodeKind, E> {
-                u64::try_from(v)
-                    .map(NodeKind::UInt)
-                    .map_err(|_| E::custom("integer out of range"))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<NodeKind, E> {
-                Ok(NodeKind::Float(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<NodeKind, E> {
-                Ok(NodeKind::Str(v.to_string()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<NodeKind, E> {
-                Ok(NodeKind::Str(v))
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<NodeKind, E> {
-                String::from_utf8(v.to_vec())
-                    .map(NodeKind::Str)
-                    .map_err(|_| E::custom("binary value is not UTF-8"))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<NodeKind, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = a.next_element::<Node>()? {
-                    items.push(item);
-                }
-                Ok(NodeKind::Seq(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<NodeKind, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(k) = a.next_key::<Node>()? {
-                    let v = a.next_value::<Node>()?;
-                    entries.push((k, v));
-                }
-                Ok(NodeKind::Map(entries))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Parser options: YAML 1.2 core schema with only `true`/`false` as booleans, duplicate keys
-/// rejected (the default), merge keys applied (the default), and budgets large enough for
-/// generated files of many thousands of objects but still bounded.
-fn yaml_options(mode: Mode) -> serde_saphyr::Options {
-    let duplicate_keys = match mode {
-        Mode::Git | Mode::Rendered => serde_saphyr::DuplicateKeyPolicy::Error,
-        // Every entry reaches the tree, where the duplicate is reported as a warning.
-        Mode::Live => serde_saphyr::DuplicateKeyPolicy::PassThrough,
-    };
-    serde_saphyr::options! {
-        strict_booleans: true,
-        duplicate_keys: duplicate_keys,
-        with_snippet: false,
-        reject_unsupported_tags: true,
-        budget: serde_saphyr::budget! {
-            max_documents: 200_000,
-            max_nodes: 20_000_000,
-            max_events: 40_000_000,
-            max_depth: 128,
-            // A renderer's output is one stream, bounded by `source.limits.maxBytes` (256 MiB
-            // by default) before it is parsed; the parser's own default (64 MiB) is lower.
-            max_total_scalar_bytes: 1 << 30,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 200_000,
-        },
-    }
-}
-
-/// Parses every non-empty document of a YAML stream. On failure: (line, column, message).
-fn parse_documents(text: &str, mode: Mode) -> Result<Vec<Node>, (u64, u64, String)> {
-    serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options(mode))
-        .map_err(|e| crate::yaml::error_parts(&e))
-}
-
-// ---------------------------------------------------------------------------------------------
 // From the tree to objects, with the section 5 checks.
 
 struct Ctx<'a> {
@@ -605,10 +491,7 @@ struct Ctx<'a> {
 }
 
 fn pos(node: &Node) -> (u64, u64) {
-    (
-        node.referenced.line().max(1),
-        node.referenced.column().max(1),
-    )
+    (u64::from(node.line.max(1)), u64::from(node.column.max(1)))
 }
 
 fn map_get<'n>(entries: &'n [(Node, Node)], key: &str) -> Option<&'n (Node, Node)> {
@@ -722,10 +605,7 @@ impl Ctx<'_> {
 
     /// The source text of a scalar node where it was defined (through aliases).
     fn raw<'s>(&'s self, node: &Node) -> Option<&'s str> {
-        let span = node.defined.span();
-        let start = span.byte_offset()? as usize;
-        let len = span.byte_len()? as usize;
-        self.src.get(start..start + len)
+        node.raw(self.src)
     }
 
     /// One document (or one item of a `List`): an object, a skip, or errors.
@@ -1010,7 +890,7 @@ impl Ctx<'_> {
             None
             | Some((
                 _,
-                Spanned {
+                Node {
                     value: NodeKind::Null,
                     ..
                 },
@@ -1736,7 +1616,7 @@ fn string_of(entry: Option<&(Node, Node)>) -> String {
     match entry {
         Some((
             _,
-            Spanned {
+            Node {
                 value: NodeKind::Str(s),
                 ..
             },
