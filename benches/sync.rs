@@ -10,6 +10,11 @@
 //!   the agent has written it back (200 changes; median and p99);
 //! - peak memory (max RSS) of the sync and of the running agent;
 //!
+//! then, unless `--quick`, the scale table (the same at 1,000, 10,000 and 100,000 objects, each
+//! against its own floor) and the apps table (1, 100 and 1,000 apps of ten objects from one
+//! repository on one agent: time until all are synced, a commit to one app applied after its
+//! push webhook, drift latency, idle CPU over `--idle` seconds (60), peak RSS);
+//!
 //! and beside them the floor, in the same run: SQLite itself writing the same N documents in one
 //! transaction; for etcd, the same N keys and values written with plain etcd transactions of 128
 //! puts (etcd's default limit), one after another; for Kubernetes, the same objects applied by
@@ -40,8 +45,13 @@ mod common;
 #[cfg(all(feature = "kubernetes", feature = "etcd"))]
 use common::etcd as etcd_server;
 
+#[derive(Clone)]
 struct Args {
     objects: usize,
+    /// `--quick`: the main table only (no scale rows, no apps rows).
+    quick: bool,
+    /// `--idle S`: how long the idle CPU of the agent is measured (seconds, default 60).
+    idle: u64,
     runs: usize,
     changes: usize,
     store: Option<String>,
@@ -203,6 +213,8 @@ impl Backend {
 fn args() -> Args {
     let mut a = Args {
         objects: 10_000,
+        quick: false,
+        idle: 60,
         runs: 5,
         changes: 200,
         store: None,
@@ -218,6 +230,8 @@ fn args() -> Args {
             "--changes" => a.changes = next().expect("--changes N"),
             "--store" => a.store = argv.get(i + 1).cloned(),
             "--only" => a.only = argv.get(i + 1).cloned(),
+            "--quick" => a.quick = true,
+            "--idle" => a.idle = next().expect("--idle SECONDS") as u64,
             _ => {}
         }
         i += 1;
@@ -447,33 +461,56 @@ fn vm_hwm_kib(pid: u32) -> u64 {
 fn main() {
     let a = args();
     let work = tempfile::tempdir().unwrap();
-    let repo = work.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    eprintln!("generating a repository of {} objects...", a.objects);
-    make_repo(&repo, a.objects);
-    // The documents as the JSON driftless stores, for the floors.
-    let docs: Vec<String> = (0..a.objects)
-        .map(|i| {
-            let v: serde_json::Value = serde_saphyr::from_str(&document(i)).unwrap();
-            serde_json::to_string(&v).unwrap()
-        })
-        .collect();
+    // A repository of `n` objects and the documents as the JSON driftless stores, for the
+    // floors.
+    let setup = |n: usize| -> (PathBuf, Vec<String>) {
+        let repo = work.path().join(format!("repo-{n}"));
+        std::fs::create_dir_all(&repo).unwrap();
+        eprintln!("generating a repository of {n} objects...");
+        make_repo(&repo, n);
+        let docs = (0..n)
+            .map(|i| {
+                let v: serde_json::Value = serde_saphyr::from_str(&document(i)).unwrap();
+                serde_json::to_string(&v).unwrap()
+            })
+            .collect();
+        (repo, docs)
+    };
+    let (repo, docs) = setup(a.objects);
     let wanted = |name: &str| {
         a.store
             .as_deref()
             .is_none_or(|s| s.eq_ignore_ascii_case(name))
     };
+    // The scale rows and the apps rows, unless only the main table is asked for.
+    let extra = !a.quick && a.only.is_none();
     if wanted("sqlite") {
-        let mut floors: Vec<Duration> = (0..a.runs).map(|_| floor(work.path(), &docs)).collect();
-        let floor_med = median(&mut floors);
-        measure(
+        let floor_of = |docs: &[String]| {
+            let mut floors: Vec<Duration> = (0..a.runs).map(|_| floor(work.path(), docs)).collect();
+            median(&mut floors)
+        };
+        let label = |n: usize| format!("SQLite, {n} documents in one transaction");
+        let main = measure(
             &a,
             work.path(),
             &repo,
             &Backend::Sqlite,
-            floor_med,
-            &format!("SQLite, {} documents in one transaction", a.objects),
+            floor_of(&docs),
+            &label(a.objects),
+            true,
         );
+        if extra {
+            scale_rows(
+                &a,
+                work.path(),
+                &Backend::Sqlite,
+                main,
+                &setup,
+                &floor_of,
+                &label,
+            );
+            apps_rows(&a, work.path(), &Backend::Sqlite);
+        }
     }
     #[cfg(feature = "etcd")]
     if wanted("etcd") {
@@ -485,18 +522,28 @@ fn main() {
                 (Some(s), e)
             }
         };
-        let mut floors: Vec<Duration> = (0..a.runs).map(|_| etcd_floor(&server.1, &docs)).collect();
-        let floor_med = median(&mut floors);
-        measure(
+        let floor_of = |docs: &[String]| {
+            let mut floors: Vec<Duration> =
+                (0..a.runs).map(|_| etcd_floor(&server.1, docs)).collect();
+            median(&mut floors)
+        };
+        let label = |n: usize| format!("etcd, {n} keys in plain transactions of 128 puts");
+        let backend = Backend::Etcd {
+            endpoint: server.1.clone(),
+        };
+        let main = measure(
             &a,
             work.path(),
             &repo,
-            &Backend::Etcd {
-                endpoint: server.1.clone(),
-            },
-            floor_med,
-            &format!("etcd, {} keys in plain transactions of 128 puts", a.objects),
+            &backend,
+            floor_of(&docs),
+            &label(a.objects),
+            true,
         );
+        if extra {
+            scale_rows(&a, work.path(), &backend, main, &setup, &floor_of, &label);
+            apps_rows(&a, work.path(), &backend);
+        }
         drop(server);
     }
     #[cfg(feature = "kubernetes")]
@@ -531,9 +578,289 @@ fn main() {
                 "kube-apiserver, {} objects by plain server-side apply, 16 requests at once",
                 a.objects
             ),
+            true,
         );
         drop(cp);
     }
+}
+
+/// The scale table: cold sync, no-op resyncs, drift latency and peak RSS at 1,000, 10,000 and
+/// 100,000 objects, each against its own floor measured in the same run (`main`: what the
+/// main table measured at `a.objects`, reused for that size).
+fn scale_rows(
+    a: &Args,
+    work: &Path,
+    backend: &Backend,
+    main: Option<Measured>,
+    setup: &dyn Fn(usize) -> (PathBuf, Vec<String>),
+    floor_of: &dyn Fn(&[String]) -> Duration,
+    label: &dyn Fn(usize) -> String,
+) {
+    let mut rows = Vec::new();
+    for n in [1_000, 10_000, 100_000] {
+        let m = if n == a.objects {
+            main
+        } else {
+            let (repo, docs) = setup(n);
+            let floor = floor_of(&docs);
+            let mut b = a.clone();
+            b.objects = n;
+            b.changes = a.changes.min(100);
+            b.runs = if n >= 100_000 { 1 } else { a.runs.min(3) };
+            measure(&b, work, &repo, backend, floor, &label(n), false)
+        };
+        rows.extend(m.map(|m| (n, m)));
+    }
+    let ten = rows.iter().find(|(n, _)| *n == 10_000).map(|(_, m)| m.cold);
+    let x = |d: Duration, of: Duration| format!("{:.1}x", d.as_secs_f64() / of.as_secs_f64());
+    println!();
+    println!(
+        "driftless bench, scale: {} store (medians; 100,000 objects: one run)",
+        backend.name()
+    );
+    println!();
+    println!(
+        "| objects | floor | cold sync (vs floor, vs 10,000) | no-op resync, new process (vs floor) | no-op resync in the agent | drift revert p50 / p99 | peak RSS sync / agent |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (n, m) in &rows {
+        println!(
+            "| {n} | {} | {} ({}, {}) | {} ({}) | {} | {} / {} | {} / {} MiB |",
+            ms(m.floor),
+            ms(m.cold),
+            x(m.cold, m.floor),
+            ten.map_or("-".into(), |t| x(m.cold, t)),
+            ms(m.noop),
+            x(m.noop, m.floor),
+            ms(m.agent_noop),
+            ms(m.drift[0]),
+            ms(m.drift[1]),
+            m.rss[0] / 1024,
+            m.rss[1] / 1024,
+        );
+    }
+}
+
+/// A ConfigMap of app `app`, the `k`-th of its ten; `rev` is written into its data.
+fn app_document(app: usize, k: usize, rev: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app{app:04}-cm{k}\n  labels: {{app: app{app:04}}}\ndata:\n  rev: \"{rev}\"\n  greeting: hello from app {app}\n"
+    )
+}
+
+/// Writes app `app`'s file (ten ConfigMaps) at `rev`.
+fn write_app(repo: &Path, app: usize, rev: usize) {
+    let dir = repo.join(format!("apps/a{app:04}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text: String = (0..10)
+        .map(|k| format!("---\n{}", app_document(app, k, rev)))
+        .collect();
+    std::fs::write(dir.join("objects.yaml"), text).unwrap();
+}
+
+/// The apps table: 1, 100 and 1,000 apps of ten objects each, from one repository (one
+/// folder per app), on one agent.
+fn apps_rows(a: &Args, work: &Path, backend: &Backend) {
+    let rows: Vec<(usize, AppsMeasured)> = [1, 100, 1_000]
+        .into_iter()
+        .map(|n| (n, measure_apps(a, work, backend, n)))
+        .collect();
+    println!();
+    println!(
+        "driftless bench, apps: {} store, apps of 10 objects on one agent, one repository",
+        backend.name()
+    );
+    println!();
+    println!(
+        "| apps | all synced after start | commit applied after its webhook, median / max of 5 | drift revert p50 / p99 | idle CPU over {} s | agent peak RSS |",
+        a.idle
+    );
+    println!("|---|---|---|---|---|---|");
+    for (n, m) in rows {
+        println!(
+            "| {n} | {} | {} / {} | {} / {} | {:.2}% of a core | {} MiB |",
+            ms(m.synced),
+            ms(m.commit[0]),
+            ms(m.commit[1]),
+            ms(m.drift[0]),
+            ms(m.drift[1]),
+            m.idle_cpu * 100.0,
+            m.rss / 1024
+        );
+    }
+}
+
+/// What [`measure_apps`] found.
+struct AppsMeasured {
+    /// From the agent's start until every app is Synced.
+    synced: Duration,
+    /// A commit to one app until it is in the store, from the webhook: median, max.
+    commit: [Duration; 2],
+    /// Drift revert latency: median, p99.
+    drift: [Duration; 2],
+    /// CPU time over wall time while idle (1.0 = one core).
+    idle_cpu: f64,
+    /// Peak RSS in KiB.
+    rss: u64,
+}
+
+/// CPU time (user + system) a process has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64((f[11] + f[12]) as f64 / tick)
+}
+
+/// `n` apps of ten objects from one repository on one agent: the time until all are synced,
+/// a commit to one app applied after the push webhook (GitLab's, a shared token), drift
+/// revert latency, idle CPU over `a.idle` seconds, peak RSS.
+// The agent is reaped by `wait_rusage` (wait4).
+#[allow(clippy::zombie_processes)]
+fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasured {
+    let run = format!("{}-apps-{n}", backend.name().to_lowercase());
+    let dir = work.join(&run);
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    for app in 0..n {
+        write_app(&repo, app, 0);
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "apps"]);
+    let ns = backend.namespace(&run);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut cfg = format!(
+        "{}cacheDir: cache\nserver: {{listen: \"{listen}\", webhooks: {{gitlab: {{secret: {{env: DRIFTLESS_BENCH_HOOK}}}}}}}}\napps:\n",
+        backend.config(&run)
+    );
+    for app in 0..n {
+        cfg.push_str(&format!(
+            "  - name: a{app:04}\n    source: {{repo: {}, path: apps/a{app:04}, interval: 1h}}\n    target: {{namespace: {ns}}}\n",
+            repo.display()
+        ));
+    }
+    let cfg_path = dir.join("driftless.yaml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(backend.prepare(&run));
+    let agent_log = std::env::temp_dir().join(format!("driftless-bench-{run}-agent.log"));
+    let started = Instant::now();
+    let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(&cfg_path)
+        .arg("run")
+        .env("DRIFTLESS_BENCH_HOOK", "bench-token")
+        .env("RUST_LOG", "info")
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&agent_log).unwrap())
+        .spawn()
+        .expect("agent starts");
+    let guard = KillOnDrop(agent.id());
+    eprintln!("{n} apps: the agent logs to {}", agent_log.display());
+    let found = rt.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let synced = match http
+                .get(format!("http://{listen}/api/v1/apps"))
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == 200 => {
+                    let v: serde_json::Value = r.json().await.unwrap_or_default();
+                    v["apps"].as_array().is_some_and(|apps| {
+                        apps.len() == n && apps.iter().all(|a| a["sync"] == "Synced")
+                    })
+                }
+                _ => false,
+            };
+            if synced {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{n} apps did not all sync");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let synced = started.elapsed();
+        let store = backend.open(&dir, &run).await;
+        // Commits to one app each, announced by a push webhook.
+        let mut commits = Vec::new();
+        for r in 1..=5 {
+            let app = (r * 37) % n;
+            write_app(&repo, app, r);
+            git(
+                &repo,
+                &["commit", "-q", "-am", &format!("app {app} rev {r}")],
+            );
+            let key = ObjectKey::new("", "ConfigMap", ns.as_str(), format!("app{app:04}-cm0"));
+            let payload = serde_json::json!({
+                "object_kind": "push",
+                "ref": "refs/heads/main",
+                "project": {"git_http_url": repo.display().to_string(), "default_branch": "main"},
+            });
+            let start = Instant::now();
+            let answer = http
+                .post(format!("http://{listen}/webhooks/gitlab"))
+                .header("X-Gitlab-Token", "bench-token")
+                .header("X-Gitlab-Event", "Push Hook")
+                .json(&payload)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200, "the webhook is accepted");
+            let want = serde_json::json!(r.to_string());
+            loop {
+                let live = store.get(&key).await.unwrap().expect("object exists");
+                if live.get("data").and_then(|d| d.get("rev")) == Some(&want) {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "commit not applied"
+                );
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            commits.push(start.elapsed());
+        }
+        let names: Vec<String> = (0..n)
+            .flat_map(|app| (0..10).map(move |k| format!("app{app:04}-cm{k}")))
+            .collect();
+        let mut drift = revert_latencies(store.as_ref(), &ns, &names, a.changes.min(100), 0).await;
+        // Idle: nothing changes for a while.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let cpu_before = cpu_time(agent.id());
+        let idle_start = Instant::now();
+        tokio::time::sleep(Duration::from_secs(a.idle)).await;
+        let idle_cpu =
+            (cpu_time(agent.id()) - cpu_before).as_secs_f64() / idle_start.elapsed().as_secs_f64();
+        let commit = [median(&mut commits), *commits.iter().max().unwrap()];
+        AppsMeasured {
+            synced,
+            commit,
+            drift: [median(&mut drift), percentile(&mut drift, 0.99)],
+            idle_cpu,
+            rss: vm_hwm_kib(agent.id()),
+        }
+    });
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(agent.id().to_string())
+        .status();
+    let _ = wait_rusage(agent.id());
+    std::mem::forget(guard);
+    found
 }
 
 /// The Kubernetes floor: the same objects applied by plain server-side-apply requests, 16 at
@@ -584,6 +911,20 @@ async fn kube_floor(kubeconfig: &Path, docs: &[serde_json::Value], i: usize) -> 
 /// Measures one backend and prints its table.
 // The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
 #[allow(clippy::zombie_processes)]
+/// What [`measure`] found, for the scale table.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    floor: Duration,
+    cold: Duration,
+    noop: Duration,
+    agent_noop: Duration,
+    drift: [Duration; 2],
+    /// Peak RSS in KiB: sync (cold or no-op), running agent.
+    rss: [u64; 2],
+}
+
+/// Measures one backend at `a.objects` objects and prints its table; `loaded`: also the drift
+/// latency with 30 clients reading the app page. `None` with `--only agent-noop`.
 fn measure(
     a: &Args,
     work: &Path,
@@ -591,8 +932,9 @@ fn measure(
     backend: &Backend,
     floor_med: Duration,
     floor_label: &str,
-) {
-    let tag = backend.name().to_lowercase();
+    loaded_pass: bool,
+) -> Option<Measured> {
+    let tag = format!("{}-{}", backend.name().to_lowercase(), a.objects);
     let prepare_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -695,7 +1037,7 @@ fn measure(
             agent_noop_med.as_secs_f64() * 1000.0,
             a.runs
         );
-        return;
+        return None;
     }
     if noop.is_empty() {
         noop.push(Duration::ZERO);
@@ -744,7 +1086,14 @@ fn measure(
             assert!(Instant::now() < deadline, "agent did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let quiet = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 0).await;
+        let names: Vec<String> = (0..a.objects)
+            .step_by(2)
+            .map(|i| format!("config-{i:06}"))
+            .collect();
+        let quiet = revert_latencies(editor.as_ref(), &ns, &names, a.changes, 0).await;
+        if !loaded_pass {
+            return (quiet, Vec::new(), 0.0, vm_hwm_kib(agent.id()));
+        }
         // The same with 30 clients reading the app's page in a loop (5,000+ rows each).
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let url = format!("http://{}/apps/bench", listen_addr(&last_cfg));
@@ -766,7 +1115,7 @@ fn measure(
             }));
         }
         let loaded_start = Instant::now();
-        let loaded = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 1).await;
+        let loaded = revert_latencies(editor.as_ref(), &ns, &names, a.changes, 1).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut pages = 0;
         for r in readers {
@@ -792,15 +1141,22 @@ fn measure(
         revert_floor = Some(rt.block_on(async {
             let editor = backend.open_editor(&dir, &last_run).await;
             let reverter = plain_reverter(kubeconfig, &ns).await;
-            let l = revert_latencies(editor.as_ref(), &ns, a.objects, a.changes, 2).await;
+            let names: Vec<String> = (0..a.objects)
+                .step_by(2)
+                .map(|i| format!("config-{i:06}"))
+                .collect();
+            let l = revert_latencies(editor.as_ref(), &ns, &names, a.changes, 2).await;
             reverter.abort();
             l
         }));
     }
     let drift_med = median(&mut latencies);
     let drift_p99 = percentile(&mut latencies, 0.99);
-    let loaded_med = median(&mut loaded);
-    let loaded_p99 = percentile(&mut loaded, 0.99);
+    let (loaded_med, loaded_p99) = if loaded.is_empty() {
+        (Duration::ZERO, Duration::ZERO)
+    } else {
+        (median(&mut loaded), percentile(&mut loaded, 0.99))
+    };
     report(
         a,
         backend,
@@ -812,6 +1168,14 @@ fn measure(
         page_rate,
         revert_floor.map(|mut l| [median(&mut l), percentile(&mut l, 0.99)]),
     );
+    Some(Measured {
+        floor: floor_med,
+        cold: cold_med,
+        noop: noop_med,
+        agent_noop: agent_noop_med,
+        drift: [drift_med, drift_p99],
+        rss: [cold_rss.max(noop_rss), agent_rss],
+    })
 }
 
 /// A client that reverts every change to the namespace's ConfigMaps' `data` as plainly as an
@@ -866,12 +1230,12 @@ async fn plain_reverter(kubeconfig: &Path, ns: &str) -> tokio::task::JoinHandle<
     )
 }
 
-/// Writes one ConfigMap out of band `changes` times (`round` varies the choice) and measures
-/// until the running agent has written each back.
+/// Writes one of the ConfigMaps `names` out of band `changes` times (`round` varies the choice)
+/// and measures until the running agent has written each back.
 async fn revert_latencies(
     store: &dyn Store,
     namespace: &str,
-    objects: usize,
+    names: &[String],
     changes: usize,
     round: usize,
 ) -> Vec<Duration> {
@@ -884,9 +1248,8 @@ async fn revert_latencies(
         let mut out = Vec::new();
         for c in 0..changes {
             let c = c + round * changes;
-            let a_objects = objects;
-            let i = (c * 7919) % a_objects / 2 * 2; // a ConfigMap
-            let key = ObjectKey::new("", "ConfigMap", namespace, format!("config-{i:06}"));
+            let name = &names[(c * 7919) % names.len()];
+            let key = ObjectKey::new("", "ConfigMap", namespace, name.as_str());
             let live = store.get(&key).await.unwrap().expect("object exists");
             let mut changed: Object = live.clone();
             changed
@@ -977,14 +1340,16 @@ fn report(
     }
     println!("| drift-revert latency, median | {} | | |", ms(drift_med));
     println!("| drift-revert latency, p99 | {} | | |", ms(drift_p99));
-    println!(
-        "| drift-revert latency with 30 clients reading the app page ({page_rate:.0} pages/s served), median | {} | | |",
-        ms(loaded_med)
-    );
-    println!(
-        "| drift-revert latency with 30 clients reading the app page, p99 | {} | | |",
-        ms(loaded_p99)
-    );
+    if page_rate > 0.0 {
+        println!(
+            "| drift-revert latency with 30 clients reading the app page ({page_rate:.0} pages/s served), median | {} | | |",
+            ms(loaded_med)
+        );
+        println!(
+            "| drift-revert latency with 30 clients reading the app page, p99 | {} | | |",
+            ms(loaded_p99)
+        );
+    }
     println!(
         "| running agent (`driftless run`) after the drift changes | | | {} MiB |",
         agent_rss / 1024
