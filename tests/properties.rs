@@ -119,3 +119,93 @@ proptest! {
         prop_assert_eq!(merged.get("status"), Some(&json!({"ready": true})));
     }
 }
+
+/// What a step of the version-cache property does.
+#[derive(Clone, Debug)]
+enum CacheStep {
+    /// Another process puts these objects (one transaction).
+    Put(Vec<usize>),
+    /// Another process deletes this object.
+    Delete(usize),
+    /// The agent asks the versions of these objects.
+    Ask(Vec<usize>),
+}
+
+fn cache_step() -> impl Strategy<Value = CacheStep> {
+    prop_oneof![
+        3 => prop::collection::vec(0usize..12, 1..4).prop_map(CacheStep::Put),
+        1 => (0usize..12).prop_map(CacheStep::Delete),
+        2 => prop::collection::vec(0usize..12, 1..8).prop_map(CacheStep::Ask),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The agent's cached view of the live objects' versions (kept by the SQLite change
+    /// feed) answers every ask as a fresh read of the store would, and equals a fresh listing
+    /// at the end, whatever another process wrote in between (puts, deletes, several at once,
+    /// with the change log compacted so early that the feed may have to relist).
+    #[test]
+    fn the_cached_live_view_equals_a_fresh_listing_after_random_out_of_band_writes(
+        steps in prop::collection::vec(cache_step(), 1..40),
+    ) {
+        use driftless::object::ObjectKey;
+        use driftless::store::{Precondition, Selector, Store, Write, cached::VersionCache,
+            sqlite::{Options, SqliteStore}};
+        use std::sync::Arc;
+        use std::time::Duration;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("store.db");
+            let agent: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, Options::default()).unwrap());
+            let cache = VersionCache::wrap(agent.clone()).await.unwrap();
+            // Out of band: another connection, as another process would be.
+            let other = SqliteStore::open(&path, Options { retain_revisions: 2, ..Options::default() }).unwrap();
+            let key = |i: usize| ObjectKey::new("", "ConfigMap", "default", format!("c{i}"));
+            let object = |i: usize, n: usize| {
+                Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("c{i}"), "namespace": "default"},
+                    "data": {"n": n.to_string()}})).unwrap()
+            };
+            for (n, step) in steps.into_iter().enumerate() {
+                match step {
+                    CacheStep::Put(mut ids) => {
+                        ids.sort();
+                        ids.dedup();
+                        let writes = ids.iter().map(|i| Write::Put { object: object(*i, n), precondition: Precondition::Any }).collect();
+                        other.commit(writes).await.unwrap();
+                    }
+                    CacheStep::Delete(i) => {
+                        other.commit(vec![Write::Delete { key: key(i), precondition: Precondition::Any }]).await.unwrap();
+                    }
+                    CacheStep::Ask(ids) => {
+                        let keys: Vec<ObjectKey> = ids.iter().map(|i| key(*i)).collect();
+                        let refs: Vec<&ObjectKey> = keys.iter().collect();
+                        let cached = cache.versions(&refs).await.unwrap();
+                        let fresh = agent.versions(&refs).await.unwrap();
+                        assert_eq!(cached, fresh, "asked {ids:?}");
+                    }
+                }
+            }
+            // Every key asked once more, twice: the second ask is the cache's alone.
+            let keys: Vec<ObjectKey> = (0..12).map(key).collect();
+            let refs: Vec<&ObjectKey> = keys.iter().collect();
+            assert!(cache.view(Duration::from_secs(5)).await.unwrap().is_some(), "the feed catches up");
+            cache.versions(&refs).await.unwrap();
+            let served = cache.served();
+            let cached = cache.versions(&refs).await.unwrap();
+            assert_eq!(cache.served(), served + 1, "answered from the cache");
+            let fresh = agent.versions(&refs).await.unwrap();
+            assert_eq!(cached, fresh);
+            // The whole view against a fresh listing.
+            let view = cache.view(Duration::from_secs(5)).await.unwrap().expect("current");
+            let listing = other.list(&Selector::default()).await.unwrap();
+            for k in &keys {
+                let live = listing.objects.get(k).and_then(|o| o.resource_version());
+                assert_eq!(view.get(k).copied().flatten(), live, "{k}");
+            }
+        });
+    }
+}

@@ -52,6 +52,17 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     if !reachable {
         return Ok(0);
     }
+    // SQLite: the periodic passes ask the objects' versions of a cache the change feed keeps
+    // (store::cached) instead of scanning the store each time. etcd sends no bookmarks for
+    // such a cache to know it is current; Kubernetes has its own watch cache.
+    let store: Arc<dyn Store> = match cfg.sqlite_path() {
+        Some(_) => Arc::new(
+            crate::store::cached::VersionCache::wrap(store)
+                .await
+                .context("cannot read the store's revision")?,
+        ),
+        None => store,
+    };
     // The replicas give their apps back only once the app loops have stopped, so a reconcile
     // in progress is not cut off by its own fence.
     #[cfg(any(feature = "etcd", feature = "kubernetes"))]

@@ -169,6 +169,10 @@ struct Changes {
 
 impl Pending {
     fn add(&self, item: &WatchItem) {
+        if matches!(item, WatchItem::Bookmark { .. }) {
+            // Nothing changed that the app loops have not been told of.
+            return;
+        }
         {
             let mut c = self.changes.lock().unwrap_or_else(|e| e.into_inner());
             match item {
@@ -185,6 +189,7 @@ impl Pending {
                     c.keys = HashMap::new();
                     c.all = true;
                 }
+                WatchItem::Bookmark { .. } => {}
             }
         }
         self.notify.notify_one();
@@ -447,7 +452,8 @@ async fn watch_store(
                                 // Resume from the previous revision: events of one revision
                                 // may be split across a reconnect; duplicates are harmless.
                                 WatchItem::Event(e) => from = e.revision.saturating_sub(1),
-                                WatchItem::Relist { revision } => from = *revision,
+                                WatchItem::Relist { revision }
+                                | WatchItem::Bookmark { revision } => from = *revision,
                             }
                             for f in &feeds {
                                 f.add(&item);

@@ -12,6 +12,7 @@
 //! shared by several agent replicas), `kubernetes` (cargo feature `kubernetes`: an API server,
 //! which promises less, see [`Promises`]) and [`memory`] (tests).
 
+pub mod cached;
 mod config;
 pub use config::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 
@@ -318,6 +319,14 @@ pub enum WatchItem {
     /// watcher fell behind): relist everything it cares about, then carry on from here.
     Relist {
         /// The store revision the stream resumes after.
+        revision: u64,
+    },
+    /// Every change up to `revision` has been sent (as Kubernetes' watch bookmarks and etcd's
+    /// progress notifications say): a consumer keeping a view of the store may call it current
+    /// to there. Sent by the SQLite store after each look that found changes; other backends
+    /// may send none.
+    Bookmark {
+        /// The store revision every change up to which has been sent.
         revision: u64,
     },
 }

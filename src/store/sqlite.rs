@@ -339,6 +339,9 @@ fn poll_changes(conn: &Connection, cursor: u64) -> Result<(Vec<WatchItem>, u64)>
     for row in rows {
         items.push(WatchItem::Event(row.map_err(backend("watch"))?));
     }
+    if current > cursor {
+        items.push(WatchItem::Bookmark { revision: current });
+    }
     cursor = cursor.max(current);
     Ok((items, cursor))
 }
