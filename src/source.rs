@@ -976,8 +976,18 @@ impl GitCache {
                 let mine = tokio::task::spawn_blocking(move || {
                     let _guard = guard;
                     let _span = span.entered();
-                    let results =
-                        fetch_refs_blocking(&path, &url, &refs, auth.as_deref(), &cancel)?;
+                    let results = fetch_refs_blocking(&path, &url, &refs, auth.as_deref(), &cancel);
+                    // The cache's own objects failed it (a truncated pack: the fetch reads
+                    // them to tell the remote what it has): it is cloned again next time.
+                    if let Err(Error::FetchFailed { source, .. }) = &results
+                        && matches!(
+                            source.class(),
+                            git2::ErrorClass::Odb | git2::ErrorClass::Zlib
+                        )
+                    {
+                        discard_damaged_cache(&path);
+                    }
+                    let results = results?;
                     // Shared before the cache's lock is released, so that whoever takes it
                     // next finds the results.
                     let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());

@@ -1251,6 +1251,17 @@ fn an_overlay_or_a_chart_under_the_path_that_cannot_render_applies_nothing_and_s
 #[test]
 fn a_damaged_repository_cache_is_discarded_and_cloned_again() {
     let env = Env::new();
+    // Served over the Git protocol, so that the cache holds packs of its own (a repository on
+    // this machine is only an alternate of the cache: nothing of it is copied there).
+    let daemon = common::GitDaemon::start(env.repo.path().parent().unwrap());
+    let url = daemon.url(env.repo.path().file_name().unwrap().to_str().unwrap());
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    let served = config.replace(
+        &format!("repo: {}\n", env.repo.url()),
+        &format!("repo: {url}\n"),
+    );
+    assert_ne!(config, served);
+    std::fs::write(env.config(), served).unwrap();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     // Truncate every pack of the cache, as an interrupted gc or a full disk could.
     let mut damaged = 0;
