@@ -985,6 +985,16 @@ fn measure(
             .unwrap();
         rt.block_on(async {
             let (store, dry_runs) = backend.open_counted(&dir, &run).await;
+            // As `driftless run` does on SQLite: versions from the change feed.
+            let store: Arc<dyn Store> = match backend {
+                Backend::Sqlite => Arc::new(
+                    driftless::store::cached::VersionCache::wrap(store)
+                        .await
+                        .unwrap(),
+                ),
+                #[allow(unreachable_patterns)]
+                _ => store,
+            };
             let git = driftless::source::GitCache::new(&cfg.config.cache_dir);
             let mut app = driftless::reconcile::App::load(
                 cfg.config.apps[0].clone(),
