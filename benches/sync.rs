@@ -908,9 +908,6 @@ async fn kube_floor(kubeconfig: &Path, docs: &[serde_json::Value], i: usize) -> 
     start.elapsed()
 }
 
-/// Measures one backend and prints its table.
-// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
-#[allow(clippy::zombie_processes)]
 /// What [`measure`] found, for the scale table.
 #[derive(Clone, Copy, Default)]
 struct Measured {
@@ -925,6 +922,8 @@ struct Measured {
 
 /// Measures one backend at `a.objects` objects and prints its table; `loaded`: also the drift
 /// latency with 30 clients reading the app page. `None` with `--only agent-noop`.
+// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
+#[allow(clippy::zombie_processes)]
 fn measure(
     a: &Args,
     work: &Path,

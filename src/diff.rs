@@ -174,15 +174,11 @@ pub fn plan<'a>(
 ) -> Plan {
     let desired: BTreeMap<&ObjectKey, &Object> = desired.into_iter().collect();
     let inventory: BTreeMap<&ObjectKey, &Object> = inventory.into_iter().collect();
-    let mut applies = Vec::new();
-    for (key, declared) in &desired {
-        applies.push(plan_one(
-            key,
-            declared,
-            live.get(*key),
-            inventory.get(*key).copied(),
-        ));
-    }
+    // Each object is planned on its own: on all cores when there are many.
+    let pairs: Vec<(&ObjectKey, &Object)> = desired.iter().map(|(k, o)| (*k, *o)).collect();
+    let mut applies = crate::par::map("plan", &pairs, 256, |(key, declared)| {
+        plan_one(key, declared, live.get(*key), inventory.get(*key).copied())
+    });
     applies.sort_by(|a, b| (kind_rank(&a.key.kind), &a.key).cmp(&(kind_rank(&b.key.kind), &b.key)));
     let empty_guard = desired.is_empty() && !inventory.is_empty() && !opts.allow_empty;
     let mut deletes = Vec::new();
@@ -262,6 +258,13 @@ pub fn plan_one(
 /// The object to create from a declaration: the declaration without `status` and without
 /// store-set metadata.
 pub fn for_create(declared: &Object) -> Object {
+    let meta = declared.metadata();
+    if !declared.as_map().contains_key("status")
+        && !SERVER_METADATA.iter().any(|f| meta.contains_key(*f))
+    {
+        // Nothing to take out: the declaration itself, shared.
+        return declared.clone();
+    }
     let mut out = declared.clone();
     out.as_map_mut().remove("status");
     let meta = out.metadata_mut();

@@ -18,6 +18,7 @@ pub mod ignore;
 pub mod manifest;
 pub mod metrics;
 pub mod object;
+pub mod par;
 pub mod preview;
 pub mod reconcile;
 pub mod render;

@@ -915,15 +915,18 @@ impl GitCache {
         });
         let asked = std::time::Instant::now();
         let gather = self.gather_for(&path);
-        // Other refs of this repository are asked for too (apps on other branches): a fetch
-        // waits [`GATHER`] for them. Requests for one ref need no wait: whoever asks while a
-        // fetch lists the remote is served by the next one, which takes them all.
+        // Other refs of this repository are asked for too (apps on other branches), or it is
+        // the first fetch of it: a fetch waits [`GATHER`] for them. Later requests for one
+        // ref need no wait: whoever asks while a fetch lists the remote is served by the next
+        // one, which takes them all.
         let mut others = false;
         if !by_id {
             let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
             g.wanted.insert(reference.clone());
+            // The first fetch of a repository cannot know yet who else asks for it: it waits.
+            let first = g.known.is_empty();
             g.known.insert(reference.clone());
-            others = g.known.len() > 1;
+            others = first || g.known.len() > 1;
         }
         let transfers = self.transfers.clone();
         let task = {

@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use driftless::object::{Object, RESERVED_GROUP};
+use driftless::object::{Object, ObjectKey, RESERVED_GROUP};
 use driftless::store::{
     self, Error, Precondition, Selector, Store, WatchItem, Write, memory::MemoryStore,
     sqlite::SqliteStore,
@@ -353,6 +353,38 @@ async fn check_compare_and_swap(b: &Backend) {
             deleted.revision,
             c1.revision
         );
+    }
+}
+
+#[tokio::test]
+async fn reading_many_keys_at_once_gives_exactly_those_present() {
+    on_every_backend!(check_get_many);
+}
+
+async fn check_get_many(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    // Enough of one kind in one namespace for a backend to read them as a range.
+    let writes = (0..100)
+        .map(|i| {
+            put(
+                cm(&format!("bulk-{i:03}"), json!({"i": i.to_string()})),
+                Precondition::Any,
+            )
+        })
+        .collect();
+    s.commit(writes).await.unwrap();
+    let key = |i: usize| ObjectKey::new("", "ConfigMap", "default", format!("bulk-{i:03}"));
+    // Every other one of them, and 20 that are not there.
+    let asked: Vec<ObjectKey> = (0..120).step_by(2).map(key).collect();
+    let many = s.get_many(&asked).await.unwrap();
+    let found: Vec<&ObjectKey> = many.objects.keys().collect();
+    let want: Vec<ObjectKey> = (0..100).step_by(2).map(key).collect();
+    assert_eq!(found, want.iter().collect::<Vec<_>>(), "{name}");
+    for (k, o) in &many.objects {
+        let i: usize = k.name["bulk-".len()..].parse().unwrap();
+        assert_eq!(o.get("data").unwrap()["i"], json!(i.to_string()), "{name}");
+        assert_eq!(&o.key(), k, "{name}");
     }
 }
 

@@ -988,10 +988,10 @@ mod tests {
                     bytes[at] = with;
                 }
             }
-            if let Ok(text) = String::from_utf8(bytes) {
-                if let Err(e) = agrees(&text) {
-                    panic!("{} damaged:\n{text}\n{e}", path.display());
-                }
+            if let Ok(text) = String::from_utf8(bytes)
+                && let Err(e) = agrees(&text)
+            {
+                panic!("{} damaged:\n{text}\n{e}", path.display());
             }
         }
     }

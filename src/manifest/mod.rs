@@ -229,32 +229,9 @@ pub fn assemble(
 }
 
 /// Parses files on all cores (the YAML parser is the cost of a large sync), returning the
-/// results in the order given. Computation only: the threads do no I/O and end before this
-/// returns.
+/// results in the order given.
 fn parse_files<'a>(files: &[(&'a str, &'a [u8])]) -> Vec<(&'a str, FileResult)> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads < 2 || files.len() < 64 {
-        return files.iter().map(|(p, b)| (*p, parse_file(p, b))).collect();
-    }
-    let chunk = files.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .enumerate()
-            .map(|(i, part)| {
-                scope.spawn(move || {
-                    let _span = tracing::debug_span!("parse_files", part = i).entered();
-                    part.iter()
-                        .map(|(p, b)| (*p, parse_file(p, b)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+    crate::par::map("parse_files", files, 64, |(p, b)| (*p, parse_file(p, b)))
 }
 
 /// What one file gave.

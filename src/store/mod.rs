@@ -538,14 +538,22 @@ pub fn now_rfc3339() -> String {
 /// True when the two objects differ outside `metadata` and `status`: such a change bumps
 /// `metadata.generation`, as in Kubernetes.
 pub fn spec_changed(old: &Object, new: &Object) -> bool {
-    let strip = |o: &Object| {
+    if old.same(new) {
+        return false;
+    }
+    let fields = |o: &Object| {
         o.as_map()
             .iter()
             .filter(|(k, _)| k.as_str() != "metadata" && k.as_str() != "status")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<serde_json::Map<String, Value>>()
+            .count()
     };
-    strip(old) != strip(new)
+    // Compared in place: the same fields (in any order) with equal values.
+    fields(old) != fields(new)
+        || old
+            .as_map()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "metadata" && k.as_str() != "status")
+            .any(|(k, v)| new.get(k) != Some(v))
 }
 
 /// Sets the store-managed metadata of an object about to be stored at `revision`:
@@ -634,6 +642,23 @@ mod tests {
             .as_map_mut()
             .insert("data".into(), json!({"k": "2"}));
         assert_eq!(stamp(Some(&s2), changed, 7).generation(), 2);
+        // A field added or taken away is a change; the same fields in another order are not.
+        let m = json!({"name": "a"});
+        let base = obj(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": m, "data": {"k": "1"}, "binaryData": {}}),
+        );
+        let more = obj(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": m, "data": {"k": "1"}, "binaryData": {}, "x": 1}),
+        );
+        let fewer = obj(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": m, "data": {"k": "1"}}),
+        );
+        let reordered = obj(
+            json!({"binaryData": {}, "data": {"k": "1"}, "metadata": m, "kind": "ConfigMap", "apiVersion": "v1"}),
+        );
+        assert!(spec_changed(&base, &more) && spec_changed(&more, &base));
+        assert!(spec_changed(&base, &fewer) && spec_changed(&fewer, &base));
+        assert!(!spec_changed(&base, &reordered));
     }
 
     #[test]

@@ -132,18 +132,21 @@ fn meta(conn: &Connection, k: &str) -> rusqlite::Result<u64> {
 }
 
 fn read_one(conn: &Connection, key: &ObjectKey) -> Result<Option<Object>> {
-    let body: Option<String> = conn
-        .prepare_cached(
-            "SELECT body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
-                r.get(0)
-            })
-            .optional()
+    read_body(conn, key)?.map(|b| decode(key, &b)).transpose()
+}
+
+/// The stored JSON of `key`, not decoded.
+fn read_body(conn: &Connection, key: &ObjectKey) -> Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+            r.get(0)
         })
-        .map_err(backend("get"))?;
-    body.map(|b| decode(key, &b)).transpose()
+        .optional()
+    })
+    .map_err(backend("get"))
 }
 
 impl SqliteStore {
@@ -502,11 +505,48 @@ impl Store for SqliteStore {
         self.with_conn("get_many", move |c| {
             let tx = c.transaction().map_err(backend("get_many"))?;
             let revision = meta(&tx, "revision").map_err(backend("get_many"))?;
-            let mut objects = std::collections::BTreeMap::new();
-            for key in keys {
-                if let Some(o) = read_one(&tx, &key)? {
-                    objects.insert(key, o);
+            // The bodies first, in one read transaction: by (group, kind, namespace), one
+            // range scan of the primary key for a large group, one lookup per key for a small
+            // one. Then decoded on all cores.
+            let mut groups: HashMap<(&str, &str, &str), Vec<&ObjectKey>> = HashMap::new();
+            for k in &keys {
+                groups
+                    .entry((&k.group, &k.kind, &k.namespace))
+                    .or_default()
+                    .push(k);
+            }
+            let mut bodies: Vec<(&ObjectKey, String)> = Vec::with_capacity(keys.len());
+            for ((grp, kind, ns), members) in groups {
+                if members.len() < 32 {
+                    for key in members {
+                        if let Some(body) = read_body(&tx, key)? {
+                            bodies.push((key, body));
+                        }
+                    }
+                    continue;
                 }
+                let wanted: HashMap<&str, &ObjectKey> =
+                    members.iter().map(|k| (k.name.as_str(), *k)).collect();
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT name, body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3",
+                    )
+                    .map_err(backend("get_many"))?;
+                let mut rows = stmt
+                    .query(params![grp, kind, ns])
+                    .map_err(backend("get_many"))?;
+                while let Some(row) = rows.next().map_err(backend("get_many"))? {
+                    let name = row.get_ref(0).map_err(backend("get_many"))?;
+                    let name = name.as_str().map_err(|e| backend("get_many")(e.into()))?;
+                    if let Some(key) = wanted.get(name) {
+                        bodies.push((key, row.get(1).map_err(backend("get_many"))?));
+                    }
+                }
+            }
+            let decoded = crate::par::map("decode", &bodies, 256, |(k, b)| decode(k, b));
+            let mut objects = std::collections::BTreeMap::new();
+            for ((key, _), o) in bodies.iter().zip(decoded) {
+                objects.insert((*key).clone(), o?);
             }
             Ok(Listing {
                 revision,
