@@ -327,8 +327,12 @@ fn listen_addr(cfg: &Path) -> String {
     text[at..].split('"').next().unwrap().to_string()
 }
 
-/// Runs `driftless sync`, returning (wall time, max RSS in KiB).
-// The child is reaped by `wait_rusage` (wait4), which also reads its peak memory.
+/// Runs `driftless sync`, returning (wall time, peak RSS in KiB).
+///
+/// The peak is the child's own `VmHWM`, read every 2 ms until it exits: `wait4`'s `ru_maxrss`
+/// would include the bench's own memory, which a child spawned from it inherits as its high-water
+/// mark across `exec`.
+// The child is reaped by `wait_peak`.
 #[allow(clippy::zombie_processes)]
 fn run_sync(cfg: &Path) -> (Duration, u64) {
     let start = Instant::now();
@@ -340,10 +344,27 @@ fn run_sync(cfg: &Path) -> (Duration, u64) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("driftless runs");
-    let (code, rss) = wait_rusage(child.id());
+    let (code, rss) = wait_peak(child.id());
     let took = start.elapsed();
     assert_eq!(code, 0, "driftless sync failed");
     (took, rss)
+}
+
+/// Waits for a child, reading its `VmHWM` every 2 ms; (exit code, the last `VmHWM` in KiB).
+fn wait_peak(pid: u32) -> (i32, u64) {
+    let mut peak = 0;
+    loop {
+        peak = peak.max(vm_hwm_kib(pid));
+        let mut status = 0;
+        // SAFETY: `rusage` is plain data; wait4 with WNOHANG on our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4");
+        if r == pid as libc::pid_t {
+            return (libc::WEXITSTATUS(status), peak);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Waits for a child and returns (exit code, max RSS in KiB) from `wait4`.
@@ -798,6 +819,10 @@ fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasu
         // Commits to one app each, announced by a push webhook.
         let mut commits = Vec::new();
         for r in 1..=5 {
+            // A webhook more than REQUEST_SPACING (1 s) after the last: the agent answers
+            // closer ones together, at most once a second per app.
+            tokio::time::sleep(driftless::reconcile::REQUEST_SPACING + Duration::from_millis(200))
+                .await;
             let app = (r * 37) % n;
             write_app(&repo, app, r);
             git(
@@ -837,7 +862,10 @@ fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasu
         let names: Vec<String> = (0..n)
             .flat_map(|app| (0..10).map(move |k| format!("app{app:04}-cm{k}")))
             .collect();
-        let mut drift = revert_latencies(store.as_ref(), &ns, &names, a.changes.min(100), 0).await;
+        // Each change to another object: the same object changed back again and again is a
+        // fight, whose reverts the agent backs off on purpose.
+        let changes = a.changes.min(100).min(names.len());
+        let mut drift = revert_latencies(store.as_ref(), &ns, &names, changes, 0).await;
         // Idle: nothing changes for a while.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cpu_before = cpu_time(agent.id());

@@ -29,7 +29,7 @@ mod preview;
 mod revision;
 mod status_writer;
 
-pub use agent::{Agent, Gate, Handle, Latest, Readiness};
+pub use agent::{Agent, Gate, Handle, Latest, REQUEST_SPACING, Readiness};
 pub use app::App;
 pub use backoff::{Backoff, Fights};
 pub use preview::{PassReport, Previews};
