@@ -157,6 +157,10 @@ pub const PENDING_MAX_KEYS: usize = 100_000;
 struct Pending {
     changes: std::sync::Mutex<Changes>,
     notify: Notify,
+    /// The keys the app cares about (`None`: not known yet, every change passes), and its
+    /// inventory record, which always passes.
+    interest: super::app::Interest,
+    inventory: Option<ObjectKey>,
 }
 
 #[derive(Debug, Default)]
@@ -169,9 +173,17 @@ struct Changes {
 
 impl Pending {
     fn add(&self, item: &WatchItem) {
-        if matches!(item, WatchItem::Bookmark { .. }) {
+        match item {
             // Nothing changed that the app loops have not been told of.
-            return;
+            WatchItem::Bookmark { .. } => return,
+            WatchItem::Event(e) if self.inventory.as_ref() != Some(&e.key) => {
+                let interest = self.interest.read().unwrap_or_else(|e| e.into_inner());
+                if interest.as_ref().is_some_and(|keys| !keys.contains(&e.key)) {
+                    // Another app's object: not this app's to hold or to wake for.
+                    return;
+                }
+            }
+            _ => {}
         }
         {
             let mut c = self.changes.lock().unwrap_or_else(|e| e.into_inner());
@@ -326,7 +338,12 @@ impl Agent {
         for app in self.apps {
             let requested = Arc::new(Requested::default());
             triggers.insert(app.name().to_string(), requested.clone());
-            let pending = Arc::new(Pending::default());
+            let pending = Arc::new(Pending {
+                inventory: Some(crate::sync::Inventory::record_key(app.name())),
+                ..Pending::default()
+            });
+            let mut app = app;
+            app.share_interest(pending.interest.clone());
             let preview_notify = previews.get(app.name()).cloned();
             feeds.push(pending.clone());
             loops.push(AppLoop {
@@ -440,6 +457,10 @@ async fn watch_store(
     feeds: Vec<Arc<Pending>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let by_inventory: HashMap<ObjectKey, Arc<Pending>> = feeds
+        .iter()
+        .filter_map(|f| f.inventory.clone().map(|k| (k, f.clone())))
+        .collect();
     let mut backoff = Backoff::default();
     loop {
         match store.watch(from).await {
@@ -455,8 +476,21 @@ async fn watch_store(
                                 WatchItem::Relist { revision }
                                 | WatchItem::Bookmark { revision } => from = *revision,
                             }
-                            for f in &feeds {
-                                f.add(&item);
+                            match &item {
+                                // A record (inventories, statuses, the ownership index)
+                                // concerns at most the app whose inventory it is: one lookup,
+                                // not one look per app (1,000 apps each write a status record
+                                // on a push).
+                                WatchItem::Event(e) if e.key.is_reserved() => {
+                                    if let Some(f) = by_inventory.get(&e.key) {
+                                        f.add(&item);
+                                    }
+                                }
+                                _ => {
+                                    for f in &feeds {
+                                        f.add(&item);
+                                    }
+                                }
                             }
                         }
                         Some(Err(e)) => {
@@ -682,6 +716,47 @@ mod tests {
         assert_eq!(c.keys.len(), 20, "coalesced by key, nothing dropped");
         assert!(c.keys.values().all(|r| *r > 100_000 - 20));
         assert!(p.take().keys.is_empty(), "taken once");
+    }
+
+    #[test]
+    fn changes_of_other_apps_objects_are_neither_held_nor_woken_for() {
+        let p = Pending {
+            inventory: Some(crate::sync::Inventory::record_key("web")),
+            ..Pending::default()
+        };
+        // Before the app says what it cares about, everything passes.
+        p.add(&event("other", 1));
+        assert_eq!(p.take().keys.len(), 1);
+        let mine = match event("mine", 0) {
+            WatchItem::Event(e) => e.key,
+            _ => unreachable!(),
+        };
+        *p.interest.write().unwrap() = Some(Arc::new([mine.clone()].into_iter().collect()));
+        for rev in 2..1000 {
+            p.add(&event(&format!("other-{rev}"), rev));
+        }
+        p.add(&event("mine", 1000));
+        p.add(&WatchItem::Event(crate::store::Event {
+            revision: 1001,
+            key: crate::sync::Inventory::record_key("web"),
+            deleted: false,
+        }));
+        p.add(&WatchItem::Event(crate::store::Event {
+            revision: 1002,
+            key: crate::sync::Inventory::record_key("api"),
+            deleted: false,
+        }));
+        let c = p.take();
+        let keys: Vec<&ObjectKey> = c.keys.keys().collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(c.keys.contains_key(&mine));
+        assert!(
+            c.keys
+                .contains_key(&crate::sync::Inventory::record_key("web"))
+        );
+        // A relist still reaches every app.
+        p.add(&WatchItem::Relist { revision: 2000 });
+        assert!(p.take().all);
     }
 
     #[test]

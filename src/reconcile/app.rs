@@ -24,6 +24,10 @@ use crate::store::{self, Store};
 use crate::sync::{self, Inventory};
 use crate::window::{self, Window};
 
+/// Where an app publishes the keys it cares about for the agent's change feed (see
+/// [`App::share_interest`]); `None` until it is shared: every change passes.
+pub type Interest = Arc<std::sync::RwLock<Option<Arc<BTreeSet<ObjectKey>>>>>;
+
 /// Why the fetch stage ended early. Its problem (`SourceAvailable=False`) is already recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FetchFailed {
@@ -63,8 +67,12 @@ pub struct App {
     in_force: Option<InForce>,
     /// The revision recorded in the inventory (applied), to tell a new revision from drift.
     applied: Option<Revision>,
-    /// Keys this app cares about: declared in force, or in its inventory.
-    owned: BTreeSet<ObjectKey>,
+    /// Keys this app cares about: declared in force, or in its inventory. Shared with the
+    /// agent's change feed through [`App::share_interest`].
+    owned: Arc<BTreeSet<ObjectKey>>,
+    /// Where the agent's change feed reads [`App::owned`] from, to pass on only the changes of
+    /// those keys (and of this app's own records).
+    interest: Option<Interest>,
     /// The desired set `owned` was last computed from with the inventory then held; `None`
     /// when it must be computed again at the next full pass.
     owned_from: Option<Arc<BTreeMap<ObjectKey, Object>>>,
@@ -191,7 +199,8 @@ impl App {
             .collect();
         let render = Render::for_app(&cfg);
         Ok(Self {
-            owned: inventory.entries.keys().cloned().collect(),
+            owned: Arc::new(inventory.entries.keys().cloned().collect()),
+            interest: None,
             owned_from: None,
             applied: inventory.revision.clone(),
             inventory: Some(inventory.clone()),
@@ -323,6 +332,33 @@ impl App {
         self.status_changes
     }
 
+    /// Shares the keys this app cares about with the agent's change feed (`slot`), now and
+    /// whenever they change: the feed then keeps only changes of those keys and of this app's
+    /// inventory record, instead of every change of every app (with 1,000 apps, each would
+    /// otherwise hold the keys of all the others until it looked).
+    pub fn share_interest(&mut self, slot: Interest) {
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = Some(self.owned.clone());
+        self.interest = Some(slot);
+    }
+
+    fn set_owned(&mut self, owned: BTreeSet<ObjectKey>) {
+        self.owned = Arc::new(owned);
+        if let Some(slot) = &self.interest {
+            *slot.write().unwrap_or_else(|e| e.into_inner()) = Some(self.owned.clone());
+        }
+    }
+
+    /// The keys of `desired` and of the inventory are the ones this app cares about.
+    fn own(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>) {
+        let owned = desired
+            .keys()
+            .chain(self.inventory.iter().flat_map(|i| i.entries.keys()))
+            .cloned()
+            .collect();
+        self.set_owned(owned);
+        self.owned_from = Some(desired.clone());
+    }
+
     /// True when a change of `key` at store revision `revision` concerns this app and is not
     /// the echo of its own write.
     pub fn cares_about(&self, key: &ObjectKey, revision: u64) -> bool {
@@ -353,7 +389,9 @@ impl App {
                     });
                 }
                 self.applied = inv.revision.clone();
-                self.owned.extend(inv.entries.keys().cloned());
+                let mut owned = (*self.owned).clone();
+                owned.extend(inv.entries.keys().cloned());
+                self.set_owned(owned);
                 self.owned_from = None;
                 self.inventory = Some(inv);
             }
@@ -379,7 +417,7 @@ impl App {
                     restored: true,
                 });
                 self.applied = inv.revision.clone();
-                self.owned = inv.entries.keys().cloned().collect();
+                self.set_owned(inv.entries.keys().cloned().collect());
                 self.owned_from = None;
                 self.inventory = Some(inv);
             }
@@ -1066,6 +1104,17 @@ impl App {
             self.held_keys.extend(h.iter().cloned());
         }
         let ignore = self.cfg.sync.ignore_rules();
+        // The feed must pass on changes of what this sync applies from the moment it reads
+        // them: what it declares newly is owned before the sync, not after.
+        if scope.is_none()
+            && !dry_run
+            && !self
+                .owned_from
+                .as_ref()
+                .is_some_and(|d| Arc::ptr_eq(d, &in_force.desired))
+        {
+            self.own(&in_force.desired);
+        }
         let request = sync::Request {
             app: self.name(),
             revision: &revision,
@@ -1238,13 +1287,7 @@ impl App {
             .as_ref()
             .is_some_and(|d| Arc::ptr_eq(d, &in_force.desired));
         if (scope.is_none() && !current) || self.owned.is_empty() {
-            self.owned = in_force
-                .desired
-                .keys()
-                .chain(self.inventory.iter().flat_map(|i| i.entries.keys()))
-                .cloned()
-                .collect();
-            self.owned_from = Some(in_force.desired.clone());
+            self.own(&in_force.desired);
         }
         Ok(())
     }
