@@ -19,15 +19,28 @@ use super::tree::{Node, NodeKind};
 
 /// Deepest nesting read; deeper is left to `serde-saphyr` (and its budget).
 const MAX_DEPTH: usize = 100;
-/// Most documents in one stream (the general parser's budget).
-const MAX_DOCUMENTS: usize = 200_000;
-/// Longest implicit key YAML allows.
-const MAX_KEY: usize = 1024;
+/// Most documents and markers in one stream read here: well inside the general parser's budget
+/// (200,000 documents, the empty ones included), which judges longer streams.
+const MAX_DOCUMENTS: usize = 100_000;
+/// Longest implicit key read here, from its first byte to its `:`: inside YAML's limit of 1024
+/// characters (quotes and spaces included), which the general parser judges.
+const MAX_KEY: usize = 1000;
 
 /// The documents of `text` that are not empty or null, or `None` when the fast reader does
 /// not read this text (see the module documentation).
 pub(super) fn parse(text: &str) -> Option<Vec<Node>> {
     if text.len() >= (u32::MAX / 2) as usize || text.bytes().any(|c| c == b'\t' || c == b'\r') {
+        return None;
+    }
+    // Characters YAML does not allow in a stream (controls, DEL, C1 controls other than NEL,
+    // noncharacters) and byte-order marks: the general parser says where.
+    let unprintable = |c: char| {
+        (c < ' ' && c != '\n')
+            || c == '\u{7f}'
+            || (('\u{80}'..='\u{9f}').contains(&c) && c != '\u{85}')
+            || matches!(c, '\u{feff}' | '\u{fffe}' | '\u{ffff}')
+    };
+    if text.bytes().any(|b| b < b' ' && b != b'\n' || b >= 0x7f) && text.chars().any(unprintable) {
         return None;
     }
     let mut p = Parser {
@@ -216,7 +229,12 @@ impl<'a> Parser<'a> {
         let mut docs = Vec::new();
         // After a document's node, the next content must start another document.
         let mut need_marker = false;
+        let mut seen = 0usize;
         while let Some(indent) = self.next_content() {
+            seen += 1;
+            if seen > MAX_DOCUMENTS {
+                return None;
+            }
             if indent == 0 && self.marker()? {
                 need_marker = false;
                 continue;
@@ -297,7 +315,7 @@ impl<'a> Parser<'a> {
                     while end > start && self.b[end - 1] == b' ' {
                         end -= 1;
                     }
-                    if end - start > MAX_KEY {
+                    if i - start > MAX_KEY {
                         return None;
                     }
                     self.pos = i + 1;
@@ -332,6 +350,7 @@ impl<'a> Parser<'a> {
         loop {
             if !matches!(key.value, NodeKind::Str(_))
                 || matches!(&key.value, NodeKind::Str(s) if s == "<<")
+                || colon - key.start as usize > MAX_KEY
             {
                 return None;
             }
@@ -448,6 +467,8 @@ impl<'a> Parser<'a> {
         let indent = (column - 1) as isize;
         let (line, start) = (self.line, self.pos);
         let mut items = Vec::new();
+        // Where the first item's first token is: an indentless sequence is placed there.
+        let mut first: Option<(u32, u32, u32)> = None;
         loop {
             // At a `-`.
             self.pos += 1;
@@ -456,6 +477,9 @@ impl<'a> Parser<'a> {
             if self.at_eol() || (self.peek() == Some(b'#') && self.pos > before) {
                 // The item on the next lines: not read here.
                 return None;
+            }
+            if first.is_none() {
+                first = Some((self.line, self.column(self.pos), self.pos as u32));
             }
             items.push(self.block_node(indent)?);
             match self.next_content() {
@@ -477,7 +501,7 @@ impl<'a> Parser<'a> {
         }
         // An indentless sequence is placed where its first item is, as the general parser does.
         let (line, column, start) = if indentless {
-            (items[0].line, items[0].column, items[0].start)
+            first?
         } else {
             (line, column, start as u32)
         };
@@ -543,11 +567,15 @@ impl<'a> Parser<'a> {
                         _ => {}
                     }
                     let k = self.flow_node(true)?;
-                    if !matches!(k.value, NodeKind::Str(_)) {
+                    // Merge keys are the general parser's to apply.
+                    if !matches!(&k.value, NodeKind::Str(s) if s != "<<") {
                         return None;
                     }
                     self.skip_spaces();
-                    if self.peek() != Some(b':') || !self.blank_at(self.pos + 1) {
+                    if self.peek() != Some(b':')
+                        || !self.blank_at(self.pos + 1)
+                        || self.pos - k.start as usize > MAX_KEY
+                    {
                         return None;
                     }
                     self.pos += 1;
@@ -721,6 +749,8 @@ impl<'a> Parser<'a> {
                 }
                 blank += 1;
                 match self.at(first) {
+                    // A last line of spaces without a line break: not read here.
+                    None if spaces > 0 => return None,
                     None => {
                         self.pos = first;
                         break first;
@@ -872,6 +902,62 @@ mod tests {
         same(
             "k: \"a\\\"b\\n\\u00e9\"\n\"q k\": v\nu: héllo wörld\nw: 10m\nx: 16Mi\ny: nginx:1.27\n",
         );
+    }
+
+    /// Inputs an attack on this reader found read differently (or read when the general
+    /// parser rejects them): each is now read the same or left to the general parser.
+    #[test]
+    fn what_an_attack_found_is_read_the_same_or_left_to_the_general_parser() {
+        let long = |n: usize| "k".repeat(n);
+        let mut inputs: Vec<String> = [
+            "a: x\u{1}y\n",
+            "# \u{1}\na: b\n",
+            "a: b # \u{7f}\n",
+            "a: \"x\u{80}y\"\n",
+            "a: x\u{0}y\n",
+            "a: x\u{b}y\n",
+            "a: x\u{9c}y\n",
+            "a: x\u{fffe}y\n",
+            "a: x\u{ffff}y\n",
+            "a: \u{feff}x\n",
+            "- \u{feff}x\n",
+            "a: [\u{feff}x]\n",
+            "---\n\u{feff}x\n",
+            "\u{feff}a: b\n",
+            "a: |+\n  x\n  ",
+            "a: |+\n  x\n\n ",
+            "a: |+\n  x\n ",
+            "a:\n- |\n  x\n",
+            "a:\n  b:\n  - |-\n    x\n",
+            "a:\n-   |\n    x\n",
+            "- a:\n  - |\n    x\n",
+            "a: {<<: b}\n",
+            "a: {<<: {x: 1}}\n",
+            "{<<: {x: 1}, y: 2}\n",
+            "- {<<: {x: 1}}\n",
+            "a: x\u{85}y\n",
+            "a: x\u{a0}y\n",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        inputs.push(format!("\"{}\": v\n", long(1023)));
+        inputs.push(format!("'{}': v\n", long(1023)));
+        inputs.push(format!("{}  : v\n", long(1023)));
+        inputs.push(format!("a{}: v\n", " ".repeat(1024)));
+        inputs.push(format!("- {}  : v\n", long(1023)));
+        inputs.push(format!("a: {{{}: v}}\n", long(1025)));
+        inputs.push(format!("a: {{\"{}\": v}}\n", long(1025)));
+        inputs.push("---\n".repeat(200_001));
+        inputs.push("---\n~\n".repeat(200_001));
+        inputs.push("---\n".repeat(200_000) + "a\n");
+        for text in &inputs {
+            if let Err(e) = agrees(text) {
+                panic!("{:?}: {e}", text.get(..80).unwrap_or(text));
+            }
+        }
+        // And the indentless sequence of literals is still read fast, in the right place.
+        assert_eq!(agrees("a:\n- |\n  x\n"), Ok(true));
     }
 
     #[test]
