@@ -441,6 +441,36 @@ fn rand_suffix() -> u128 {
         .as_nanos()
 }
 
+/// Starts `driftless run` on `cfg` (from the config's folder, where its relative paths are),
+/// logging to `log`, with `env` set; the guard kills it if the measurement panics (a failed
+/// run must not leave an agent behind to load the next one).
+// Reaped by `stop_agent` (wait4).
+#[allow(clippy::zombie_processes)]
+fn start_agent(cfg: &Path, log: &Path, env: &[(&str, &str)]) -> (std::process::Child, KillOnDrop) {
+    let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .arg("-c")
+        .arg(cfg)
+        .arg("run")
+        .envs(env.iter().copied())
+        .current_dir(cfg.parent().unwrap())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("agent starts");
+    let guard = KillOnDrop(agent.id());
+    (agent, guard)
+}
+
+/// Stops an agent [`start_agent`] started: SIGTERM, then reaped.
+fn stop_agent(agent: std::process::Child, guard: KillOnDrop) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(agent.id().to_string())
+        .status();
+    let _ = wait_rusage(agent.id());
+    std::mem::forget(guard);
+}
+
 /// Sends SIGKILL to a process when dropped.
 struct KillOnDrop(u32);
 
@@ -754,8 +784,6 @@ fn cpu_time(pid: u32) -> Duration {
 /// `n` apps of ten objects from one repository on one agent: the time until all are synced,
 /// a commit to one app applied after the push webhook (GitLab's, a shared token), drift
 /// revert latency, idle CPU over `a.idle` seconds, peak RSS.
-// The agent is reaped by `wait_rusage` (wait4).
-#[allow(clippy::zombie_processes)]
 fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasured {
     let run = format!("{}-apps-{n}", backend.name().to_lowercase());
     let dir = work.join(&run);
@@ -788,18 +816,14 @@ fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasu
     rt.block_on(backend.prepare(&run));
     let agent_log = std::env::temp_dir().join(format!("driftless-bench-{run}-agent.log"));
     let started = Instant::now();
-    let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
-        .arg("-c")
-        .arg(&cfg_path)
-        .arg("run")
-        .env("DRIFTLESS_BENCH_HOOK", "bench-token")
-        .env("RUST_LOG", "info")
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&agent_log).unwrap())
-        .spawn()
-        .expect("agent starts");
-    let guard = KillOnDrop(agent.id());
+    let (agent, guard) = start_agent(
+        &cfg_path,
+        &agent_log,
+        &[
+            ("DRIFTLESS_BENCH_HOOK", "bench-token"),
+            ("RUST_LOG", "info"),
+        ],
+    );
     eprintln!("{n} apps: the agent logs to {}", agent_log.display());
     let found = rt.block_on(async {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -893,12 +917,7 @@ fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasu
             rss: vm_hwm_kib(agent.id()),
         }
     });
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(agent.id().to_string())
-        .status();
-    let _ = wait_rusage(agent.id());
-    std::mem::forget(guard);
+    stop_agent(agent, guard);
     found
 }
 
@@ -961,8 +980,6 @@ struct Measured {
 
 /// Measures one backend at `a.objects` objects and prints its table; `loaded`: also the drift
 /// latency with 30 clients reading the app page. `None` with `--only agent-noop`.
-// The agent is reaped by `wait_rusage` (wait4) after SIGTERM.
-#[allow(clippy::zombie_processes)]
 fn measure(
     a: &Args,
     work: &Path,
@@ -1097,18 +1114,11 @@ fn measure(
     let dir = last_cfg.parent().unwrap().to_path_buf();
     // Outside the bench's temporary directory, so that it outlives a failed run.
     let agent_log = std::env::temp_dir().join(format!("driftless-bench-{tag}-agent.log"));
-    let agent = Command::new(env!("CARGO_BIN_EXE_driftless"))
-        .arg("-c")
-        .arg(&last_cfg)
-        .arg("run")
-        .env("RUST_LOG", "info,driftless=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&agent_log).unwrap())
-        .spawn()
-        .expect("agent starts");
-    // Killed if the measurement panics (a failed run must not leave an agent behind to load
-    // the next one).
-    let guard = KillOnDrop(agent.id());
+    let (agent, guard) = start_agent(
+        &last_cfg,
+        &agent_log,
+        &[("RUST_LOG", "info,driftless=debug")],
+    );
     eprintln!("the agent logs to {}", agent_log.display());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1172,12 +1182,7 @@ fn measure(
         let page_rate = pages as f64 / loaded_start.elapsed().as_secs_f64();
         (quiet, loaded, page_rate, vm_hwm_kib(agent.id()))
     });
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(agent.id().to_string())
-        .status();
-    let _ = wait_rusage(agent.id());
-    std::mem::forget(guard);
+    stop_agent(agent, guard);
     // The latency floor on an API server: the same changes reverted by the plainest client
     // (one watch of the namespace's ConfigMaps, one forced apply of the original data per
     // change), in the same run, the agent stopped.

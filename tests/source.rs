@@ -78,8 +78,8 @@ async fn unknown_refs_and_unreachable_repositories_are_errors() {
     assert!(matches!(err, Error::FetchFailed { .. }), "{err}");
 }
 
-#[tokio::test]
-async fn fetches_are_incremental() {
+/// A repository with one commit of 30 ConfigMaps under `app/`.
+fn thirty_files() -> GitRepo {
     let repo = GitRepo::new();
     for i in 0..30 {
         repo.write(
@@ -88,6 +88,12 @@ async fn fetches_are_incremental() {
         );
     }
     repo.commit("many");
+    repo
+}
+
+#[tokio::test]
+async fn fetches_are_incremental() {
+    let repo = thirty_files();
     // Over the Git protocol: a repository on this machine is not copied at all (below).
     let daemon = common::GitDaemon::start(repo.path().parent().unwrap());
     let url = daemon.url(repo.path().file_name().unwrap().to_str().unwrap());
@@ -106,14 +112,7 @@ async fn fetches_are_incremental() {
 
 #[tokio::test]
 async fn a_repository_on_this_machine_is_read_in_place_not_copied() {
-    let repo = GitRepo::new();
-    for i in 0..30 {
-        repo.write(
-            &format!("app/{i}.yaml"),
-            configmap(&format!("c{i}"), &[("i", &i.to_string())]),
-        );
-    }
-    repo.commit("many");
+    let repo = thirty_files();
     let (_d, cache) = cache();
     let first = cache.fetch(&repo.url(), None).await.unwrap();
     assert_eq!(first.received_objects, 0, "{first:?}");

@@ -536,19 +536,8 @@ impl<'a> Parser<'a> {
                     let item = self.flow_node(false)?;
                     items.push(item);
                     self.skip_spaces();
-                    match self.peek()? {
-                        b',' => {
-                            self.pos += 1;
-                            self.skip_spaces();
-                            if self.peek() == Some(b']') {
-                                return None;
-                            }
-                        }
-                        b']' => {
-                            self.pos += 1;
-                            break;
-                        }
-                        _ => return None,
+                    if self.flow_next(b']')? {
+                        break;
                     }
                 }
                 Some(self.node(NodeKind::Seq(items), start, start, 1))
@@ -589,19 +578,8 @@ impl<'a> Parser<'a> {
                     }
                     entries.push((k, v));
                     self.skip_spaces();
-                    match self.peek()? {
-                        b',' => {
-                            self.pos += 1;
-                            self.skip_spaces();
-                            if self.peek() == Some(b'}') {
-                                return None;
-                            }
-                        }
-                        b'}' => {
-                            self.pos += 1;
-                            break;
-                        }
-                        _ => return None,
+                    if self.flow_next(b'}')? {
+                        break;
                     }
                 }
                 Some(self.node(NodeKind::Map(entries), start, start, 1))
@@ -642,6 +620,24 @@ impl<'a> Parser<'a> {
         };
         self.leave();
         node
+    }
+
+    /// After an entry of a flow collection closed by `close`: `Some(true)` at the close (the
+    /// parser after it), `Some(false)` after a `,` followed by another entry, `None` for
+    /// anything else (a trailing comma included: not read here).
+    fn flow_next(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.pos += 1;
+                self.skip_spaces();
+                (self.peek() != Some(close)).then_some(false)
+            }
+            c if c == close => {
+                self.pos += 1;
+                Some(true)
+            }
+            _ => None,
+        }
     }
 
     /// A quoted scalar on one line, the parser at its opening quote.
