@@ -42,7 +42,7 @@ pub enum Error {
 /// `group` is empty for the core group (`v1` kinds such as `Service`), `namespace` is empty for
 /// cluster-scoped objects. Ordering is lexicographic by (group, kind, namespace, name), which
 /// is the order of keys in the store.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ObjectKey {
     /// API group: the part of `apiVersion` before the `/`, or empty for the core group.
     pub group: String,
@@ -52,6 +52,40 @@ pub struct ObjectKey {
     pub namespace: String,
     /// `metadata.name`.
     pub name: String,
+}
+
+impl Ord for ObjectKey {
+    /// Lexicographic by (group, kind, namespace, name), as a derived order would be: written
+    /// out so that the parts, which are short, are compared in place rather than by a call to
+    /// `memcmp` each (maps of 10,000 keys compare them millions of times per sync).
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        short_cmp(&self.group, &other.group)
+            .then_with(|| short_cmp(&self.kind, &other.kind))
+            .then_with(|| short_cmp(&self.namespace, &other.namespace))
+            .then_with(|| short_cmp(&self.name, &other.name))
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `a.cmp(b)` as byte strings, with a byte loop for short strings.
+#[inline]
+fn short_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() > 24 || b.len() > 24 {
+        return a.cmp(b);
+    }
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 impl ObjectKey {
