@@ -64,6 +64,72 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A JSON value from a tiny vocabulary (two keys, two names, empty values), so that three
+/// values drawn from it often share fields, items and emptiness.
+fn small_json_value() -> impl Strategy<Value = Value> + Clone {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        Just(json!({})),
+        Just(json!([])),
+        Just(json!("a")),
+        Just(json!(1)),
+    ];
+    leaf.prop_recursive(3, 12, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::btree_map("[ab]", inner.clone(), 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+            prop::collection::btree_map("[ab]", inner, 1..3).prop_map(|m| {
+                Value::Array(
+                    m.into_iter()
+                        .map(|(n, v)| json!({"name": n, "v": v}))
+                        .collect(),
+                )
+            }),
+        ]
+    })
+}
+
+/// `v` with one part replaced by `with` (or removed, when `with` is null inside a mapping):
+/// `path` picks the child at each level (modulo the number of children) until it runs out or
+/// meets a leaf.
+fn edited(v: Value, path: &[u8], with: Value) -> Value {
+    let Some((p, rest)) = path.split_first() else {
+        return with;
+    };
+    match v {
+        Value::Object(mut m) if !m.is_empty() => {
+            let k = m.keys().nth(*p as usize % m.len()).cloned().unwrap();
+            if rest.is_empty() && with.is_null() {
+                m.remove(&k);
+            } else {
+                let child = m[&k].take();
+                m.insert(k, edited(child, rest, with));
+            }
+            Value::Object(m)
+        }
+        Value::Array(mut a) if !a.is_empty() => {
+            let n = a.len();
+            let child = a[*p as usize % n].take();
+            a[*p as usize % n] = edited(child, rest, with);
+            Value::Array(a)
+        }
+        _ => with,
+    }
+}
+
+/// Three values that share most of their structure: one base and three edits of it.
+fn related_json_values() -> impl Strategy<Value = (Value, Value, Value)> {
+    let edit = || (prop::collection::vec(any::<u8>(), 0..4), small_json_value());
+    (small_json_value(), edit(), edit(), edit()).prop_map(|(base, (pd, wd), (pl, wl), (pa, wa))| {
+        (
+            edited(base.clone(), &pd, wd),
+            edited(base.clone(), &pl, wl),
+            edited(base, &pa, wa),
+        )
+    })
+}
+
 fn configmap_with(spec: Value, labels: Value) -> Object {
     Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "x", "namespace": "d", "labels": labels}, "spec": spec}))
@@ -107,6 +173,19 @@ proptest! {
         prop_assert_eq!(again.action, Action::Unchanged, "changes: {:?}", again.changes);
     }
 
+    /// Keys order as the tuple (group, kind, namespace, name) of byte strings, as the store
+    /// orders them: short parts (compared in place) and long ones (over 24 bytes) alike.
+    #[test]
+    fn object_keys_order_as_their_four_parts(
+        a in prop::collection::vec("(|a|ab|é|[a-b]{20,30})", 4),
+        b in prop::collection::vec("(|a|ab|é|[a-b]{20,30})", 4),
+    ) {
+        let key = |p: &[String]| driftless::object::ObjectKey::new(&p[0], &p[1], &p[2], &p[3]);
+        let tuple = |p: &[String]| (p[0].clone(), p[1].clone(), p[2].clone(), p[3].clone());
+        prop_assert_eq!(key(&a).cmp(&key(&b)), tuple(&a).cmp(&tuple(&b)));
+        prop_assert_eq!(key(&a).partial_cmp(&key(&b)), Some(tuple(&a).cmp(&tuple(&b))));
+    }
+
     /// Fields only the live object has, and that Git never applied, survive a merge.
     #[test]
     fn other_writers_top_level_fields_survive(declared in json_value(), extra in json_value()) {
@@ -117,6 +196,42 @@ proptest! {
         let merged = diff::merge(&declared, &live, None);
         prop_assert_eq!(merged.get("otherWriter"), Some(&extra));
         prop_assert_eq!(merged.get("status"), Some(&json!({"ready": true})));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// The plan's shortcut for unchanged objects agrees with the merge it stands for: it says
+    /// "unchanged" exactly when the merge gives the live object back. Live objects are random,
+    /// the merge of one (a settled object, with or without the last-applied copy), or the
+    /// declaration itself; the last-applied copy is absent, random or the declaration. The three
+    /// are edits of one value from a tiny vocabulary, so that they share most fields.
+    #[test]
+    fn merge_keeps_says_exactly_whether_the_merge_changes_live(
+        (declared, live, last) in prop_oneof![
+            related_json_values(),
+            (small_json_value(), small_json_value(), small_json_value()),
+        ],
+        dl in prop::collection::btree_map("[ab]", "a", 0..2),
+        ll in prop::collection::btree_map("[ab]", "a", 0..2),
+        live_from in 0..4u8, last_from in 0..3u8,
+    ) {
+        let declared = configmap_with(declared, json!(dl));
+        let last = match last_from {
+            0 => None,
+            1 => Some(configmap_with(last, json!({}))),
+            _ => Some(declared.clone()),
+        };
+        let live = match live_from {
+            0 => configmap_with(live, json!(ll)),
+            1 => diff::merge(&declared, &configmap_with(live, json!(ll)), last.as_ref()),
+            // Settled before the last-applied copy was known: what it applied is still there.
+            2 => diff::merge(&declared, &configmap_with(live, json!(ll)), None),
+            _ => declared.clone(),
+        };
+        let keeps = diff::merge_keeps(&declared, &live, last.as_ref());
+        prop_assert_eq!(keeps, diff::merge(&declared, &live, last.as_ref()) == live);
     }
 }
 
