@@ -766,6 +766,20 @@ pub unsafe fn set_socket_timeouts() {
     }
 }
 
+/// Sets the socket timeouts ([`set_socket_timeouts`]) once, before the first repository is
+/// opened: every open of a repository goes through here and waits for it, so no thread uses
+/// git2 before they are set. The first call also initializes libgit2 and OpenSSL, which reads
+/// the system's CA bundle (some 35 ms): the CLI starts it on a thread of its own at startup,
+/// beside reading the config and opening the store.
+pub fn git_ready() {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        // SAFETY: every use of git2 starts with opening a repository, and every open waits
+        // here until this has run.
+        unsafe { set_socket_timeouts() }
+    });
+}
+
 /// A cache of bare repositories, one per URL.
 #[derive(Clone, Debug)]
 pub struct GitCache {
@@ -1185,6 +1199,7 @@ impl GitCache {
 
 /// Opens the bare cache at `path` for reading ([`Error::CacheFailed`] when it cannot be).
 fn open_cache(path: &Path) -> Result<Repository> {
+    git_ready();
     Repository::open_bare(path).map_err(|source| Error::CacheFailed {
         path: path.to_path_buf(),
         source,
@@ -1269,6 +1284,7 @@ fn open_or_init(path: &Path) -> Result<Repository> {
         source,
     };
     let io_failed = |e: std::io::Error| cache_failed(git2::Error::from_str(&e.to_string()));
+    git_ready();
     if path.exists() {
         return Repository::open_bare(path).map_err(cache_failed);
     }
@@ -1624,6 +1640,7 @@ fn local_objects(url: &str) -> Option<PathBuf> {
         None if !url.contains("://") && !url.contains('@') => url,
         None => return None,
     };
+    git_ready();
     let repo = Repository::open(path).ok()?;
     std::fs::canonicalize(repo.commondir().join("objects")).ok()
 }

@@ -274,9 +274,16 @@ pub fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // SIGPIPE stays ignored (Rust's default): a peer that closes a socket must never kill the
     // agent. A closed standard output ends the commands quietly instead ([`write_out`]).
-    // SAFETY: no thread has started yet, so nothing else uses libgit2.
-    unsafe {
-        crate::source::set_socket_timeouts();
+    // libgit2's settings and OpenSSL's CA bundle, read beside the config and the store.
+    if std::thread::Builder::new()
+        .name("git-init".into())
+        .spawn(|| {
+            let _span = tracing::debug_span!("git_init").entered();
+            crate::source::git_ready();
+        })
+        .is_err()
+    {
+        crate::source::git_ready();
     }
     let cli = Cli::parse();
     init_logging(&cli);
