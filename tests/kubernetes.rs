@@ -596,6 +596,19 @@ async fn a_namespace_a_crd_and_what_they_hold_apply_in_one_commit_and_drift_is_r
             prices.get("prices").await.unwrap().data.unwrap()["apple"] == "3"
         })
         .await;
+    // The agent's writer batches per-object status messages: the record it stores says both
+    // reverts before another process writes the app's status below, which a later batch would
+    // overwrite (two processes writing one app's status: the last write wins).
+    agent
+        .wait(
+            "the agent's status record with both reverts",
+            30,
+            || async {
+                let (_, out, _) = agent.cli(&["status", "-o", "json"]);
+                out.matches("applied over changes by kubectl-edit").count() >= 2
+            },
+        )
+        .await;
 
     // A revision the API server refuses (the widget's size below the CRD's minimum) applies
     // nothing, not even its valid new ConfigMap; the refusal names file, line and the server's
