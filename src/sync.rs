@@ -132,13 +132,14 @@ impl Inventory {
             "source".into(),
             self.source.clone().map_or(Value::Null, Value::String),
         );
-        // Each entry is copied out of the shared object: on all cores for a large app.
-        let entries: Vec<&Object> = self.entries.values().collect();
         spec.insert(
             "entries".into(),
-            Value::Array(crate::par::map("inventory", &entries, 512, |o| {
-                Value::from((*o).clone())
-            })),
+            Value::Array(
+                self.entries
+                    .values()
+                    .map(|o| Value::from(o.clone()))
+                    .collect(),
+            ),
         );
         if !self.retained.is_empty() {
             spec.insert(

@@ -215,14 +215,8 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
         .map_err(backend("commit"))?;
     let current = meta(&tx, "revision").map_err(backend("commit"))?;
     let revision = current + 1;
-    // First what is there, checked against each precondition (in the transaction); then the
-    // new bodies stamped and serialized on all cores (pure work, and most of a large commit's
-    // time); then the rows written in order.
-    enum Step {
-        Put(ObjectKey, Option<Object>, Object),
-        Delete(ObjectKey),
-    }
-    let mut steps = Vec::with_capacity(writes.len());
+    let mut stored = Vec::new();
+    let mut seq = 0i64;
     for w in writes {
         let key = w.key();
         match w {
@@ -230,40 +224,9 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 object,
                 precondition,
             } => {
-                // A create reads only whether the key is there: the old body is not needed.
-                let old = if precondition == super::Precondition::Absent {
-                    precondition.check_version(&key, read_rev(&tx, &key, "commit")?)?;
-                    None
-                } else {
-                    let old = read_one(&tx, &key)?;
-                    precondition.check(&key, old.as_ref())?;
-                    old
-                };
-                steps.push(Step::Put(key, old, object));
-            }
-            Write::Delete { precondition, .. } => {
-                // Only the version is read: a record whose value does not parse can still go.
-                let old = read_rev(&tx, &key, "commit")?;
-                precondition.check_version(&key, old)?;
-                if old.is_some() {
-                    steps.push(Step::Delete(key));
-                }
-            }
-        }
-    }
-    let bodies = crate::par::map("stamp", &steps, 512, |step| match step {
-        Step::Put(_, old, object) => {
-            let new = stamp(old.as_ref(), object.clone(), revision);
-            let json = new.to_json();
-            Some((new, json))
-        }
-        Step::Delete(_) => None,
-    });
-    let mut stored = Vec::with_capacity(steps.len());
-    let mut seq = 0i64;
-    for (step, body) in steps.into_iter().zip(bodies) {
-        match (step, body) {
-            (Step::Put(key, _, _), Some((new, json))) => {
+                let old = read_one(&tx, &key)?;
+                precondition.check(&key, old.as_ref())?;
+                let new = stamp(old.as_ref(), object, revision);
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
@@ -274,14 +237,20 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                         key.namespace,
                         key.name,
                         revision as i64,
-                        json
+                        new.to_json()
                     ])
                 })
                 .map_err(backend("commit"))?;
                 stored.push(new);
                 record_change(&tx, revision, seq, &key, false)?;
             }
-            (Step::Delete(key), _) => {
+            Write::Delete { precondition, .. } => {
+                // Only the version is read: a record whose value does not parse can still go.
+                let old = read_rev(&tx, &key, "commit")?;
+                precondition.check_version(&key, old)?;
+                if old.is_none() {
+                    continue;
+                }
                 tx.prepare_cached(
                     "DELETE FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
                 )
@@ -289,7 +258,6 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 .map_err(backend("commit"))?;
                 record_change(&tx, revision, seq, &key, true)?;
             }
-            (Step::Put(..), None) => unreachable!("every put is stamped"),
         }
         seq += 1;
     }
