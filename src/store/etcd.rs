@@ -94,6 +94,14 @@ impl Default for Options {
 }
 
 /// The largest reply the client accepts, in bytes (256 MiB).
+/// How long the change feed waits after a burst of events before it asks etcd for a progress
+/// notification (a bookmark at the store's revision).
+const PROGRESS_SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// How often the change feed asks etcd for a progress notification besides: writes outside the
+/// prefix move the store's revision without an event here.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 const MAX_REPLY_BYTES: usize = 256 << 20;
 
 /// Keys per page of a listing: with etcd's default 1.5 MiB request limit per value, a page
@@ -937,10 +945,35 @@ impl Store for EtcdStore {
         let span = tracing::info_span!("store_watch", backend = "etcd", prefix = %key_prefix);
         tokio::spawn(
             async move {
+                // Bookmarks: after the events of a burst (nothing more for PROGRESS_SETTLE), and
+                // every PROGRESS_EVERY besides (writes outside the prefix move the revision too),
+                // etcd is asked for the watch's progress; its answer, a response without events
+                // once the watch has sent everything up to the store's revision, becomes a
+                // `WatchItem::Bookmark` (etcd's `WatchProgressRequest`).
+                let mut progress_due = Some(tokio::time::Instant::now());
+                let mut every = tokio::time::interval(PROGRESS_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
+                    let settle = async {
+                        match progress_due {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     let msg = tokio::select! {
                         m = stream.message() => m,
                         _ = tx.closed() => return,
+                        _ = settle => {
+                            progress_due = None;
+                            if stream.request_progress().await.is_err() {
+                                // The stream is gone: its next message says why.
+                            }
+                            continue;
+                        }
+                        _ = every.tick() => {
+                            let _ = stream.request_progress().await;
+                            continue;
+                        }
                     };
                     let resp = match msg {
                         Ok(Some(r)) => r,
@@ -989,6 +1022,23 @@ impl Store for EtcdStore {
                             .await;
                         return;
                     }
+                    if resp.events().is_empty() {
+                        // The watch's creation says nothing of what was sent; a progress
+                        // notification says every change up to its revision was.
+                        if !resp.created()
+                            && let Some(h) = resp.header()
+                            && tx
+                                .send(Ok(WatchItem::Bookmark {
+                                    revision: h.revision() as u64,
+                                }))
+                                .await
+                                .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    progress_due = Some(tokio::time::Instant::now() + PROGRESS_SETTLE);
                     for ev in resp.events() {
                         let Some(kvp) = ev.kv() else { continue };
                         let Some(key) = decode_key(&key_prefix, kvp.key()) else {
