@@ -71,6 +71,74 @@ async fn start_etcd(extra: &'static [&'static str]) -> EtcdServer {
         .unwrap()
 }
 
+/// The version cache the agent puts in front of etcd knows it is current from the change
+/// feed's bookmarks (etcd's progress notifications): after out-of-band writes by another
+/// client, and after writes outside the prefix that move etcd's revision without an event
+/// here, it catches up, answers version asks alone, and agrees with a fresh listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_version_cache_catches_up_through_progress_bookmarks_and_answers_alone() {
+    use driftless::store::cached::VersionCache;
+    let server = start_etcd(&[]).await;
+    let agent: Arc<dyn Store> = Arc::new(store(&server, "/cache", 128).await);
+    let cache = VersionCache::wrap(agent.clone()).await.unwrap();
+    let other = store(&server, "/cache", 128).await;
+    let elsewhere = store(&server, "/elsewhere", 128).await;
+    let names: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    let keys: Vec<ObjectKey> = names.iter().map(|n| key(n)).collect();
+    let refs: Vec<&ObjectKey> = keys.iter().collect();
+    for round in 0..3 {
+        // Out of band: puts and a delete by another client under the same prefix, then a
+        // write under another prefix (the store's revision moves; no event comes here).
+        let writes = names[round..]
+            .iter()
+            .map(|n| {
+                put(
+                    cm(n, json!({"round": round.to_string()})),
+                    Precondition::Any,
+                )
+            })
+            .collect();
+        other.commit(writes).await.unwrap();
+        other
+            .commit(vec![Write::Delete {
+                key: key(&names[round]),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        // After the feed has settled on those.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        elsewhere
+            .commit(vec![put(
+                cm("x", json!({"round": round.to_string()})),
+                Precondition::Any,
+            )])
+            .await
+            .unwrap();
+        let view = cache
+            .view(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("the feed catches up with the store's revision (a bookmark)");
+        cache.versions(&refs).await.unwrap();
+        let served = cache.served();
+        let cached = cache.versions(&refs).await.unwrap();
+        assert_eq!(cache.served(), served + 1, "answered from the cache alone");
+        assert_eq!(
+            cached,
+            agent.versions(&refs).await.unwrap(),
+            "round {round}"
+        );
+        let listing = other.list(&Selector::default()).await.unwrap();
+        for k in &keys {
+            let live = listing.objects.get(k).and_then(|o| o.resource_version());
+            if let Some(known) = view.get(k) {
+                assert_eq!(*known, live, "{k} in round {round}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_commit_larger_than_the_servers_transaction_limit_goes_in_chunks() {
     let server = start_etcd(&["--max-txn-ops=8"]).await;

@@ -323,6 +323,9 @@ pub(super) struct Coordination {
 pub(super) async fn replicas(
     cfg: &Loaded,
     store: &Arc<dyn Store>,
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))] cache: Option<
+        &crate::store::cached::VersionCache,
+    >,
     release: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<(Stores, Option<Coordination>)> {
     let names: Vec<String> = cfg
@@ -345,7 +348,14 @@ pub(super) async fn replicas(
             &names,
             &mut stores,
             |n| r.gate(n),
-            |g| Ok(Arc::new(etcd.fenced(g))),
+            // Each app's fenced handle answers version asks from the one shared cache.
+            |g| {
+                let fenced: Arc<dyn Store> = Arc::new(etcd.fenced(g));
+                Ok(match cache {
+                    Some(c) => Arc::new(c.in_front_of(fenced)),
+                    None => fenced,
+                })
+            },
         )?;
         return Ok((
             stores,

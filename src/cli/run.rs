@@ -52,15 +52,21 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     if !reachable {
         return Ok(0);
     }
-    // SQLite: the periodic passes ask the objects' versions of a cache the change feed keeps
-    // (store::cached) instead of scanning the store each time. etcd sends no bookmarks for
-    // such a cache to know it is current; Kubernetes has its own watch cache.
-    let store: Arc<dyn Store> = match cfg.sqlite_path() {
-        Some(_) => Arc::new(
-            crate::store::cached::VersionCache::wrap(store)
+    // SQLite and etcd: the periodic passes ask the objects' versions of a cache the change
+    // feed keeps (store::cached) instead of reading them from the store each time; both feeds
+    // send the bookmarks it needs to know it is current (etcd's from its progress
+    // notifications). Kubernetes has its own watch cache.
+    let cache = if cfg.sqlite_path().is_some() || cfg.config.store.etcd.is_some() {
+        Some(
+            crate::store::cached::VersionCache::wrap(store.clone())
                 .await
                 .context("cannot read the store's revision")?,
-        ),
+        )
+    } else {
+        None
+    };
+    let store: Arc<dyn Store> = match &cache {
+        Some(c) => Arc::new(c.clone()),
         None => store,
     };
     // The replicas give their apps back only once the app loops have stopped, so a reconcile
@@ -68,7 +74,7 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     #[cfg(any(feature = "etcd", feature = "kubernetes"))]
     let (release_tx, release_rx) = tokio::sync::watch::channel(false);
     #[cfg(any(feature = "etcd", feature = "kubernetes"))]
-    let (stores, replicas) = replicas(&cfg, &store, release_rx).await?;
+    let (stores, replicas) = replicas(&cfg, &store, cache.as_ref(), release_rx).await?;
     #[cfg(not(any(feature = "etcd", feature = "kubernetes")))]
     let stores = Stores::shared(&store);
     let git = git_cache(&cfg)?;

@@ -90,6 +90,16 @@ impl VersionCache {
         })
     }
 
+    /// Another handle on the same cache (the same feed and facts) in front of `inner`, another
+    /// handle on the same data (an app's fenced handle on the store): asks the cache cannot
+    /// answer, reads, writes and watches go to `inner`.
+    pub fn in_front_of(&self, inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            ..self.clone()
+        }
+    }
+
     /// How many asks were answered from the cache alone.
     pub fn served(&self) -> u64 {
         self.served.load(std::sync::atomic::Ordering::Relaxed)
