@@ -1040,9 +1040,15 @@ fn measure(
             .unwrap();
         rt.block_on(async {
             let (store, dry_runs) = backend.open_counted(&dir, &run).await;
-            // As `driftless run` does on SQLite: versions from the change feed.
+            // As `driftless run` does on SQLite and etcd: versions from the change feed.
             let store: Arc<dyn Store> = match backend {
                 Backend::Sqlite => Arc::new(
+                    driftless::store::cached::VersionCache::wrap(store)
+                        .await
+                        .unwrap(),
+                ),
+                #[cfg(feature = "etcd")]
+                Backend::Etcd { .. } => Arc::new(
                     driftless::store::cached::VersionCache::wrap(store)
                         .await
                         .unwrap(),
