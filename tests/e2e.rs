@@ -1487,3 +1487,65 @@ fn diff_takes_a_revision_relative_to_the_apps_ref() {
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stderr(&out).contains("~9"), "{}", stderr(&out));
 }
+
+/// A sync that cannot claim or release objects (its desired keys are its inventory's) does
+/// not wait for the other apps' syncs, which the agent serializes so that two apps never both
+/// claim a key; one that declares a new object does wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_that_claims_nothing_does_not_wait_for_other_apps_syncs() {
+    use driftless::reconcile::{App, Trigger};
+    use std::sync::Arc;
+    let repo = common::GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[("k", "1")]));
+    repo.write("README", "one");
+    repo.commit("one");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("driftless.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "store:\n  sqlite: {{path: {}}}\ncacheDir: {}\napps:\n  - name: app\n    source: {{repo: {}, path: app}}\n",
+            dir.path().join("store.db").display(),
+            dir.path().join("cache").display(),
+            repo.url()
+        ),
+    )
+    .unwrap();
+    let cfg = driftless::config::load(&path).unwrap();
+    let store: Arc<dyn driftless::store::Store> = Arc::new(
+        driftless::store::sqlite::SqliteStore::open(
+            &dir.path().join("store.db"),
+            Default::default(),
+        )
+        .unwrap(),
+    );
+    let claim = Arc::new(tokio::sync::Mutex::new(()));
+    let mut app = App::load(
+        cfg.config.apps[0].clone(),
+        store,
+        driftless::source::GitCache::new(&cfg.config.cache_dir),
+        claim.clone(),
+        false,
+    )
+    .await
+    .unwrap();
+    app.reconcile(Trigger::Fetch).await;
+    assert_eq!(app.status().sync, driftless::status::SyncStatus::Synced);
+    // Another app's sync holds the lock.
+    let held = claim.lock().await;
+    repo.write("README", "two");
+    let two = repo.commit("two: nothing of the app's");
+    tokio::time::timeout(Duration::from_secs(10), app.reconcile(Trigger::Fetch))
+        .await
+        .expect("a sync that claims nothing does not wait for the lock");
+    assert_eq!(app.status().revision.as_deref(), Some(two.as_str()));
+    repo.write("app/b.yaml", configmap("b", &[("k", "1")]));
+    repo.commit("three: a new object");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), app.reconcile(Trigger::Fetch))
+            .await
+            .is_err(),
+        "a sync that claims a new object waits for the lock"
+    );
+    drop(held);
+}

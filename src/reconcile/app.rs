@@ -1145,8 +1145,21 @@ impl App {
             report.detect_only = dry_run && !self.dry_run;
             return Ok(());
         }
+        // Only a sync that may claim or release objects (its desired keys are not exactly its
+        // inventory's) waits for the other apps' syncs; one that cannot writes only its own
+        // records and objects (a push that did not touch this app's files, a revert), and
+        // never waits behind a thousand others.
+        let may_claim = self.inventory.as_ref().is_none_or(|inv| {
+            !inv.retained.is_empty()
+                || inv.entries.len() != desired.len()
+                || !inv.entries.keys().eq(desired.keys())
+        });
         let outcome = {
-            let _claim = self.claim.lock().await;
+            let _claim = if may_claim {
+                Some(self.claim.lock().await)
+            } else {
+                None
+            };
             sync::sync(self.store.as_ref(), &request).await
         };
         let mut outcome = match outcome {
