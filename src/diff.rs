@@ -283,13 +283,24 @@ pub fn for_create(declared: &Object) -> Object {
     out
 }
 
-/// Writes the declared fields onto `live`, keeping everything else, and removes the fields that
-/// `last_applied` had and `declared` no longer has. See the module doc for the rules.
-pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) -> Object {
-    let mut out = live.clone();
-    let d = declared.as_map();
-    let last = last_applied.map(Object::as_map);
-    let controlled = controller_owned(declared);
+/// Where a field the merge owns lives: at the top level of the object, or in its `metadata`.
+#[derive(Clone, Copy)]
+enum Site {
+    Top,
+    Metadata,
+}
+
+/// The walk [`merge`] and [`merge_keeps`] share: `f(site, field, declared, last_applied)` for
+/// each field Git owns in `d` (every top-level field but `status` and the controller-owned
+/// ones, and of `metadata` only `labels` and `annotations`, null when not declared), in
+/// order, until `f` returns false; false then.
+fn each_owned_field<'a>(
+    d: &'a Map<String, Value>,
+    last: Option<&'a Map<String, Value>>,
+    controlled: &[&str],
+    mut f: impl FnMut(Site, &'a str, &'a Value, Option<&'a Value>) -> bool,
+) -> bool {
+    static NULL: Value = Value::Null;
     for (k, dv) in d {
         match k.as_str() {
             "status" => {}
@@ -299,30 +310,55 @@ pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) ->
                 let l_meta = last
                     .and_then(|m| m.get("metadata"))
                     .and_then(Value::as_object);
-                let meta = out.metadata_mut();
                 for field in ["labels", "annotations"] {
-                    let dv = d_meta.and_then(|m| m.get(field)).unwrap_or(&Value::Null);
-                    let lv = l_meta.and_then(|m| m.get(field));
-                    merge_field(meta, field, dv, lv);
+                    let dv = d_meta.and_then(|m| m.get(field)).unwrap_or(&NULL);
+                    if !f(Site::Metadata, field, dv, l_meta.and_then(|m| m.get(field))) {
+                        return false;
+                    }
                 }
             }
             _ => {
-                let lv = last.and_then(|m| m.get(k));
-                merge_field(out.as_map_mut(), k, dv, lv);
+                if !f(Site::Top, k, dv, last.and_then(|m| m.get(k))) {
+                    return false;
+                }
             }
         }
     }
-    if let Some(last) = last {
-        for (k, lv) in last {
-            if matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind")
-                || controlled.contains(&k.as_str())
-            {
-                continue;
-            }
-            if d.get(k).is_none_or(Value::is_null) && !is_empty(lv) {
-                out.as_map_mut().remove(k);
-            }
-        }
+    true
+}
+
+/// The top-level fields [`merge`] removes: applied before (non-empty in `last`), declared no
+/// more (absent or null in `d`), and neither `status`, `metadata`, `apiVersion`, `kind` nor
+/// controller-owned.
+fn removed_fields<'a>(
+    d: &'a Map<String, Value>,
+    last: Option<&'a Map<String, Value>>,
+    controlled: &'a [&'a str],
+) -> impl Iterator<Item = &'a str> + 'a {
+    last.into_iter().flatten().filter_map(move |(k, lv)| {
+        let kept = matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind")
+            || controlled.contains(&k.as_str());
+        (!kept && d.get(k).is_none_or(Value::is_null) && !is_empty(lv)).then_some(k.as_str())
+    })
+}
+
+/// Writes the declared fields onto `live`, keeping everything else, and removes the fields that
+/// `last_applied` had and `declared` no longer has. See the module doc for the rules.
+pub fn merge(declared: &Object, live: &Object, last_applied: Option<&Object>) -> Object {
+    let mut out = live.clone();
+    let d = declared.as_map();
+    let last = last_applied.map(Object::as_map);
+    let controlled = controller_owned(declared);
+    each_owned_field(d, last, controlled, |site, k, dv, lv| {
+        let target = match site {
+            Site::Top => out.as_map_mut(),
+            Site::Metadata => out.metadata_mut(),
+        };
+        merge_field(target, k, dv, lv);
+        true
+    });
+    for k in removed_fields(d, last, controlled) {
+        out.as_map_mut().remove(k);
     }
     out
 }
@@ -335,41 +371,17 @@ pub fn merge_keeps(declared: &Object, live: &Object, last_applied: Option<&Objec
     let l = live.as_map();
     let last = last_applied.map(Object::as_map);
     let controlled = controller_owned(declared);
-    for (k, dv) in d {
-        match k.as_str() {
-            "status" => {}
-            k if controlled.contains(&k) => {}
-            "metadata" => {
-                // merge makes a missing or non-mapping live metadata a mapping: a change.
-                let Some(Value::Object(l_meta)) = l.get("metadata") else {
-                    return false;
-                };
-                let d_meta = dv.as_object();
-                let last_meta = last
-                    .and_then(|m| m.get("metadata"))
-                    .and_then(Value::as_object);
-                for field in ["labels", "annotations"] {
-                    let dv = d_meta.and_then(|m| m.get(field)).unwrap_or(&Value::Null);
-                    let lv = last_meta.and_then(|m| m.get(field));
-                    if !field_keeps(l_meta, field, dv, lv) {
-                        return false;
-                    }
-                }
-            }
-            _ => {
-                if !field_keeps(l, k, dv, last.and_then(|m| m.get(k))) {
-                    return false;
-                }
-            }
-        }
-    }
-    last.is_none_or(|last| {
-        last.iter().all(|(k, lv)| {
-            matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind")
-                || controlled.contains(&k.as_str())
-                || !(d.get(k).is_none_or(Value::is_null) && !is_empty(lv) && l.contains_key(k))
-        })
-    })
+    each_owned_field(d, last, controlled, |site, k, dv, lv| {
+        let target = match site {
+            Site::Top => l,
+            // merge makes a missing or non-mapping live metadata a mapping: a change.
+            Site::Metadata => match l.get("metadata") {
+                Some(Value::Object(m)) => m,
+                _ => return false,
+            },
+        };
+        field_keeps(target, k, dv, lv)
+    }) && removed_fields(d, last, controlled).all(|k| !l.contains_key(k))
 }
 
 /// True when [`merge_field`] would leave `target` as it is.
