@@ -94,6 +94,8 @@ impl Default for Options {
 }
 
 /// The largest reply the client accepts, in bytes (256 MiB).
+const MAX_REPLY_BYTES: usize = 256 << 20;
+
 /// How long the change feed waits after a burst of events before it asks etcd for a progress
 /// notification (a bookmark at the store's revision).
 const PROGRESS_SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
@@ -101,8 +103,6 @@ const PROGRESS_SETTLE: std::time::Duration = std::time::Duration::from_millis(2)
 /// How often the change feed asks etcd for a progress notification besides: writes outside the
 /// prefix move the store's revision without an event here.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-
-const MAX_REPLY_BYTES: usize = 256 << 20;
 
 /// Keys per page of a listing: with etcd's default 1.5 MiB request limit per value, a page
 /// stays well under [`MAX_REPLY_BYTES`] in practice.
@@ -965,9 +965,8 @@ impl Store for EtcdStore {
                         _ = tx.closed() => return,
                         _ = settle => {
                             progress_due = None;
-                            if stream.request_progress().await.is_err() {
-                                // The stream is gone: its next message says why.
-                            }
+                            // A failure means the stream is gone: its next message says why.
+                            let _ = stream.request_progress().await;
                             continue;
                         }
                         _ = every.tick() => {
