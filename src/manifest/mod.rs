@@ -1514,8 +1514,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Checks the shape of `apiVersion` (`[group/]version`, the group an RFC 1123 subdomain, the
-/// version lowercase letters and digits such as `v1beta1`) and `kind` (UpperCamelCase letters
-/// and digits), as the Kubernetes API requires. Returns the field at fault and why. Objects of
+/// version lowercase letters and digits such as `v1beta1`) and `kind`, as the Kubernetes API
+/// requires. A kind is what a CRD may declare: lowercased, a DNS-1035 label (letters, digits
+/// and `-`, starting with a letter, ending with a letter or digit, at most 63 characters;
+/// apiextensions' `ValidateCustomResourceDefinitionNames`), so the Zalando operator's
+/// `postgresql` is a kind; a built-in kind in the wrong case is caught by
+/// [`built_in_kind_problem`]. Returns the field at fault and why. Objects of
 /// driftless's own group are refused: those records are the agent's, not Git's.
 fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, String)> {
     let (group, version) = match api_version.split_once('/') {
@@ -1562,8 +1566,10 @@ fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, Stri
             ));
         }
     }
-    let kind_ok = kind.starts_with(|c: char| c.is_ascii_uppercase())
-        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    let kind_ok = kind.len() <= 63
+        && kind.starts_with(|c: char| c.is_ascii_alphabetic())
+        && kind.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
     if !kind_ok {
         let mut chars = kind.trim().chars();
         // A built-in kind in another case is named as it is spelled (`configmap`: ConfigMap).
@@ -1583,7 +1589,9 @@ fn identity_problem(api_version: &str, kind: &str) -> Option<(&'static str, Stri
             .unwrap_or_default();
         return Some((
             "kind",
-            format!("invalid kind `{kind}`: a kind is UpperCamelCase letters and digits{hint}"),
+            format!(
+                "invalid kind `{kind}`: a kind is letters, digits and `-`, starting with a letter and ending with a letter or digit, at most 63 characters{hint}"
+            ),
         ));
     }
     None
@@ -2142,8 +2150,8 @@ mod tests {
         // reading order.
         assert_eq!(errors(&r).len(), 3, "{all:?}");
         assert!(
-            all[0].starts_with("2:7 invalid kind `configmap`")
-                && all[0].contains("e.g. `ConfigMap`"),
+            all[0].starts_with("2:7 kind `configmap` does not exist in the core group")
+                && all[0].contains("write `ConfigMap`"),
             "{all:?}"
         );
         assert!(
@@ -2363,13 +2371,31 @@ mod tests {
             errors(&one(
                 "apiVersion: v1\nkind: configmap\nmetadata: {name: a}\n"
             ))[0]
-                .contains("e.g. `ConfigMap`")
+                .contains("write `ConfigMap`")
         );
+        for (api, kind) in [
+            ("apps/v1", "Deploy-"),
+            ("example.com/v1", "9lives"),
+            ("example.com/v1", "my_kind"),
+            ("example.com/v1", &"K".repeat(64)),
+        ] {
+            let e = errors(&one(&format!(
+                "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: a}}\n"
+            )));
+            assert!(
+                e.len() == 1 && e[0].starts_with("2:7: invalid kind"),
+                "{api} {kind}: {e:?}"
+            );
+        }
+        // Any kind a CRD may declare (apiextensions: a DNS-1035 label once lowercased).
         for (api, kind) in [
             ("v1", "ConfigMap"),
             ("apps/v1", "Deployment"),
             ("autoscaling/v2beta2", "HorizontalPodAutoscaler"),
             ("cert-manager.io/v1", "ClusterIssuer"),
+            ("acid.zalan.do/v1", "postgresql"),
+            ("example.com/v1", "my-widget"),
+            ("example.com/v1", &"k".repeat(63)),
         ] {
             let r = one(&format!(
                 "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: a}}\n"
