@@ -75,6 +75,11 @@ pub struct Config {
     /// Custom health rules, for every app.
     #[serde(default)]
     pub health: Vec<HealthRuleConfig>,
+    /// A folder of Lua health checks laid out like Argo CD's `resource_customizations/`
+    /// (`<group>/<kind>/health.lua`, `_` a wildcard), relative to the config file; tried after
+    /// `health[]`.
+    #[serde(default)]
+    pub health_lua_dir: Option<Spanned<PathBuf>>,
     /// Where the renderers are (`kustomize`, `helm`); default: on the PATH.
     #[serde(default)]
     pub renderers: RenderTools,
@@ -443,6 +448,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
         }
     };
     config.cache_dir = resolve(&config.cache_dir);
+    if let Some(d) = &mut config.health_lua_dir {
+        d.value = resolve(&d.value);
+    }
+    for rule in &mut config.health {
+        if let Some(f) = &mut rule.lua {
+            f.value = resolve(&f.value);
+        }
+    }
     if let Some(s) = &mut config.store.sqlite {
         s.path = resolve(&s.path);
     }
@@ -739,14 +752,27 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
     }
     validate_server(&config.server, &invalid)?;
     for (i, rule) in config.health.iter().enumerate() {
-        if rule.healthy.is_none() && rule.progressing.is_none() && rule.degraded.is_none() {
+        let cel = rule.healthy.is_some() || rule.progressing.is_some() || rule.degraded.is_some();
+        if let Some(lua) = &rule.lua
+            && cel
+        {
+            return Err(invalid(
+                &lua.referenced,
+                format!("health[{i}].lua"),
+                format!(
+                    "the rule for {} has both a Lua check and CEL expressions; give one rule each",
+                    rule.kind
+                ),
+            ));
+        }
+        if !cel && rule.lua.is_none() {
             return Err(Error::Invalid {
                 path: path.to_path_buf(),
                 line: 1,
                 column: 1,
                 field: format!("health[{i}]"),
                 message: format!(
-                    "the rule for {} has no expression (healthy, progressing or degraded)",
+                    "the rule for {} has no expression (healthy, progressing or degraded) and no `lua` file",
                     rule.kind
                 ),
             });

@@ -46,7 +46,11 @@ fn every_fixture_gets_the_health_expected_tsv_gives() {
             parsed.diagnostics
         );
         assert_eq!(parsed.objects.len(), 1, "{file}");
-        let got = health::assess(Some(&parsed.objects[0].object), &CustomRules::none());
+        let got = health::assess(
+            Some(&parsed.objects[0].object),
+            &CustomRules::none(),
+            &health::StatusKinds::none(),
+        );
         match parse_health(want) {
             Some(want) if got.health != want => failures.push(format!(
                 "{file}: want {want:?}, got {:?} ({})",

@@ -1549,3 +1549,121 @@ async fn a_sync_that_claims_nothing_does_not_wait_for_other_apps_syncs() {
     );
     drop(held);
 }
+
+#[test]
+fn a_lowercase_crd_kind_is_applied_and_its_health_follows_its_status() {
+    // The Zalando postgres operator's kind is `postgresql`: any kind a CRD declares is accepted.
+    let env = Env::new();
+    env.repo.write(
+        "app/crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: postgresqls.acid.zalan.do}\nspec:\n  group: acid.zalan.do\n  names: {kind: postgresql, listKind: postgresqlList, plural: postgresqls, singular: postgresql}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources: {status: {}}\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+    );
+    env.repo.write(
+        "app/db.yaml",
+        "apiVersion: acid.zalan.do/v1\nkind: postgresql\nmetadata: {name: orders-db, namespace: shop}\nspec:\n  teamId: orders\n  numberOfInstances: 2\n  postgresql: {version: \"16\"}\n  volume: {size: 10Gi}\n",
+    );
+    env.repo.commit("a database");
+    let out = env.run(&["sync"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let db = |st: &Value| {
+        st["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "postgresql")
+            .cloned()
+            .expect("the postgresql is in the status")
+    };
+    let st = env.status();
+    let r = db(&st);
+    assert_eq!(
+        (r["name"].as_str(), r["sync"].as_str()),
+        (Some("orders-db"), Some("Synced"))
+    );
+    // Applied, and no controller has reported on it yet.
+    assert_eq!(r["health"], "Progressing", "{r}");
+    assert_eq!(st["health"], "Progressing");
+    // The operator reports (its status, written beside Git's fields).
+    let live = |phase: &str| {
+        format!(
+            "apiVersion: acid.zalan.do/v1\nkind: postgresql\nmetadata: {{name: orders-db, namespace: shop}}\nspec:\n  teamId: orders\n  numberOfInstances: 2\n  postgresql: {{version: \"16\"}}\n  volume: {{size: 10Gi}}\nstatus: {{PostgresClusterStatus: {phase}}}\n"
+        )
+    };
+    // The API server establishes the CRD (nothing does in a SQLite store: until then the CRD
+    // is Progressing too).
+    assert_eq!(
+        st["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "CustomResourceDefinition")
+            .unwrap()["health"],
+        "Progressing"
+    );
+    env.put("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: postgresqls.acid.zalan.do}\nspec:\n  group: acid.zalan.do\n  names: {kind: postgresql, listKind: postgresqlList, plural: postgresqls, singular: postgresql}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources: {status: {}}\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\nstatus:\n  conditions:\n  - {type: NamesAccepted, status: \"True\", reason: NoConflicts}\n  - {type: Established, status: \"True\", reason: InitialNamesAccepted}\n");
+    for (phase, health) in [("Running", "Healthy"), ("SyncFailed", "Degraded")] {
+        env.put(&live(phase));
+        let out = env.run(&["sync"]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        let st = env.status();
+        let r = db(&st);
+        assert_eq!(r["health"], health, "{phase}: {r}");
+        assert_eq!(st["health"], health, "{phase}");
+    }
+}
+
+#[test]
+fn the_agent_keeps_running_when_a_lua_health_check_loops_or_fails() {
+    let env = Env::new();
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    let checks = common::data_dir().join("health/lua-failing");
+    std::fs::write(
+        env.config(),
+        format!("healthLuaDir: {}\n{config}", checks.display()),
+    )
+    .unwrap();
+    env.repo.write(
+        "app/checks.yaml",
+        "apiVersion: example.com/v1\nkind: Spinner\nmetadata: {name: loops, namespace: default}\n---\napiVersion: example.com/v1\nkind: Boom\nmetadata: {name: raises, namespace: default}\n",
+    );
+    env.repo.commit("objects whose health checks fail");
+    let agent = env.agent();
+    let resource = |kind: &str| {
+        env.status()["resources"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["kind"] == kind).cloned())
+    };
+    env.wait("both assessed", Duration::from_secs(60), || {
+        resource("Spinner").is_some_and(|r| r["health"] == "Unknown")
+            && resource("Boom").is_some_and(|r| r["health"] == "Unknown")
+    });
+    let spinner = resource("Spinner").unwrap();
+    assert!(
+        spinner["healthMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("time limit of 1 s")),
+        "{spinner}"
+    );
+    let boom = resource("Boom").unwrap();
+    assert!(
+        boom["healthMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("boom: raises")),
+        "{boom}"
+    );
+    assert_eq!(env.status()["health"], "Unknown");
+    // The agent goes on: a drift is still reverted, and it stops cleanly.
+    env.put(&configmap("a", &[("k", "changed by hand")]));
+    env.wait("revert", Duration::from_secs(30), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -538,18 +538,33 @@ pub(super) fn trust(
     Ok(trust)
 }
 
-/// The config's custom health rules, compiled.
+/// The config's custom health rules, compiled: `health[]` (CEL expressions, Lua files) and
+/// the `healthLuaDir` folder. A Lua file that cannot be read or does not compile is an error
+/// naming the config key and the file's line.
 pub(super) fn health_rules(cfg: &Loaded) -> anyhow::Result<health::CustomRules> {
     let mut rules = Vec::new();
     for (i, r) in cfg.config.health.iter().enumerate() {
+        let at = || format!("{}: health[{i}]", cfg.path.display());
+        if let Some(file) = &r.lua {
+            let check = health::lua::LuaCheck::from_file(&file.value)
+                .with_context(|| format!("{}.lua", at()))?;
+            rules.push(health::CustomRule::lua(&r.group, &r.kind, check));
+            continue;
+        }
         let expr = |e: &Option<serde_saphyr::Spanned<String>>| e.as_ref().map(|s| s.value.clone());
         let (h, p, d) = (expr(&r.healthy), expr(&r.progressing), expr(&r.degraded));
         rules.push(
             health::CustomRule::new(&r.group, &r.kind, h.as_deref(), p.as_deref(), d.as_deref())
-                .with_context(|| format!("{}: health[{i}]", cfg.path.display()))?,
+                .with_context(at)?,
         );
     }
-    Ok(health::CustomRules::new(rules))
+    let mut all = health::CustomRules::new(rules);
+    if let Some(dir) = &cfg.config.health_lua_dir {
+        let checks = health::lua::LuaDir::load(&dir.value)
+            .with_context(|| format!("{}: healthLuaDir", cfg.path.display()))?;
+        all = all.with_lua_dir(checks);
+    }
+    Ok(all)
 }
 
 /// The repository cache, with each app's `source.auth` read (an error names the missing

@@ -337,23 +337,24 @@ pub(super) fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyh
     if parsed.diagnostics.iter().any(Diagnostic::is_error) {
         return Ok(2);
     }
-    let assessed: Vec<(Object, health::Assessment)> = parsed
+    let kinds = health::StatusKinds::from_objects(parsed.objects.iter().map(|d| &d.object));
+    let assessed: Vec<(Object, health::Assessment, health::Rule)> = parsed
         .objects
         .into_iter()
         .map(|d| {
-            let a = health::assess(Some(&d.object), &rules);
-            (d.object, a)
+            let (a, rule) = health::explain(Some(&d.object), &rules, &kinds);
+            (d.object, a, rule)
         })
         .collect();
     match output {
         StatusFormat::Json => {
             let objects: Vec<Value> = assessed
                 .iter()
-                .map(|(o, a)| {
+                .map(|(o, a, rule)| {
                     serde_json::json!({
                         "group": o.group(), "version": o.version(), "kind": o.kind(),
                         "namespace": o.namespace(), "name": o.name(),
-                        "health": a.health, "message": a.message,
+                        "health": a.health, "message": a.message, "rule": rule.to_string(),
                     })
                 })
                 .collect();
@@ -363,7 +364,7 @@ pub(super) fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyh
             );
         }
         StatusFormat::Table | StatusFormat::Wide => {
-            for (o, a) in &assessed {
+            for (o, a, _) in &assessed {
                 if a.message.is_empty() {
                     outln!("{}: {}", o.key(), a.health);
                 } else {

@@ -21,6 +21,12 @@ use serde_json::{Map, Value};
 
 use crate::object::Object;
 
+mod generic;
+pub mod lua;
+mod operators;
+
+pub use generic::{StatusKinds, is_custom_group};
+
 /// Health of one object or of an app. Ordered from best to worst as ARCHITECTURE.md section 2 gives
 /// it: Healthy < Suspended < Progressing < Missing < Degraded < Unknown, so the app's health is
 /// the maximum of its objects'.
@@ -69,29 +75,84 @@ pub fn worst(healths: impl IntoIterator<Item = Health>) -> Health {
     healths.into_iter().max().unwrap_or(Health::Healthy)
 }
 
+/// Which rule gave an object its health (`driftless health -o json` prints it as `rule`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// The object is absent (`Missing`) or being deleted (`Progressing`): no rule was asked.
+    Lifecycle,
+    /// A custom CEL rule of the config's `health[]`.
+    Cel,
+    /// A Lua health check: its file.
+    Lua(String),
+    /// A built-in rule written for this group and kind.
+    Builtin,
+    /// The generic rules, for kinds without a rule of their own.
+    Generic,
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rule::Lifecycle => f.write_str("lifecycle"),
+            Rule::Cel => f.write_str("cel"),
+            Rule::Lua(origin) => write!(f, "lua:{origin}"),
+            Rule::Builtin => f.write_str("builtin"),
+            Rule::Generic => f.write_str("generic"),
+        }
+    }
+}
+
 /// Assesses a declared object given its live copy (`None` when absent: `Missing`), with the
-/// custom rules first and the built-in rules otherwise.
-pub fn assess(live: Option<&Object>, rules: &CustomRules) -> Assessment {
+/// custom rules first and the built-in rules otherwise; `kinds` are the kinds known to have a
+/// status subresource (for an object with no status yet).
+pub fn assess(live: Option<&Object>, rules: &CustomRules, kinds: &StatusKinds) -> Assessment {
+    explain(live, rules, kinds).0
+}
+
+/// [`assess`], and which rule decided.
+pub fn explain(
+    live: Option<&Object>,
+    rules: &CustomRules,
+    kinds: &StatusKinds,
+) -> (Assessment, Rule) {
     let Some(obj) = live else {
-        return Assessment::new(Health::Missing, "not in the store");
+        return (
+            Assessment::new(Health::Missing, "not in the store"),
+            Rule::Lifecycle,
+        );
     };
     if obj
         .metadata()
         .get("deletionTimestamp")
         .is_some_and(|v| !v.is_null())
     {
-        return Assessment::new(Health::Progressing, "Pending deletion");
+        return (
+            Assessment::new(Health::Progressing, "Pending deletion"),
+            Rule::Lifecycle,
+        );
     }
-    if let Some(a) = rules.assess(obj) {
-        return a;
+    if let Some(found) = rules.assess(obj) {
+        return found;
     }
-    builtin(obj)
+    builtin_explained(obj, kinds)
 }
 
 /// The built-in rules alone (no custom rules).
-pub fn builtin(obj: &Object) -> Assessment {
+pub fn builtin(obj: &Object, kinds: &StatusKinds) -> Assessment {
+    builtin_explained(obj, kinds).0
+}
+
+fn builtin_explained(obj: &Object, kinds: &StatusKinds) -> (Assessment, Rule) {
+    if let Some(a) = kind_rule(obj) {
+        return (a, Rule::Builtin);
+    }
+    (generic::assess(obj, kinds), Rule::Generic)
+}
+
+/// The built-in rule written for the object's group and kind, if there is one.
+fn kind_rule(obj: &Object) -> Option<Assessment> {
     let group = obj.group();
-    match (group, obj.kind()) {
+    Some(match (group, obj.kind()) {
         ("apps" | "extensions", "Deployment") => deployment(obj),
         ("apps", "StatefulSet") => statefulset(obj),
         ("apps" | "extensions", "DaemonSet") => daemonset(obj),
@@ -103,8 +164,10 @@ pub fn builtin(obj: &Object) -> Assessment {
         ("networking.k8s.io" | "extensions", "Ingress") => ingress(obj),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(obj),
         ("apiregistration.k8s.io", "APIService") => apiservice(obj),
-        _ => generic(obj),
-    }
+        ("batch", "CronJob") => cronjob(obj),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(obj),
+        _ => return operators::assess(obj),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -514,68 +577,121 @@ fn apiservice(obj: &Object) -> Assessment {
     }
 }
 
-/// kstatus-style rules for kinds without a built-in rule.
-fn generic(obj: &Object) -> Assessment {
-    for flag in ["suspend", "paused"] {
-        if field(obj, &["spec", flag]).and_then(Value::as_bool) == Some(true) {
-            return Assessment::new(Health::Suspended, format!("spec.{flag} is true"));
-        }
+/// A CronJob (batch/v1): `spec.suspend` is Suspended; a last run that did not succeed (no job
+/// active and `status.lastSuccessfulTime` before `status.lastScheduleTime`, RFC 3339 times that
+/// compare as text) is Degraded; otherwise Healthy: nothing in its status says a schedule was
+/// missed (Kubernetes' CronJob documentation, "Job creation").
+fn cronjob(obj: &Object) -> Assessment {
+    if field(obj, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true) {
+        return Assessment::new(Health::Suspended, "spec.suspend is true");
     }
-    if let Some(seen) = int(obj, &["status", "observedGeneration"])
-        && seen < obj.generation() as i64
-    {
-        return Assessment::new(
-            Health::Progressing,
-            format!(
-                "waiting for generation {} to be observed (observed {seen})",
-                obj.generation()
-            ),
-        );
+    let active = field(obj, &["status", "active"])
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    match (
+        string(obj, &["status", "lastScheduleTime"]),
+        string(obj, &["status", "lastSuccessfulTime"]),
+    ) {
+        (Some(_), _) if active => Assessment::new(Health::Healthy, "a job is running"),
+        (Some(scheduled), Some(succeeded)) if succeeded < scheduled => Assessment::new(
+            Health::Degraded,
+            format!("the run of {scheduled} has not succeeded (last success {succeeded})"),
+        ),
+        (Some(_), None) => Assessment::new(
+            Health::Healthy,
+            "no run has succeeded yet (the first may still be running)",
+        ),
+        (Some(_), Some(_)) => Assessment::new(Health::Healthy, "the last run succeeded"),
+        (None, _) => Assessment::new(Health::Healthy, "not scheduled yet"),
     }
+}
+
+/// A CustomResourceDefinition: `NonStructuralSchema=True` is Degraded (the API server serves it
+/// but refuses to publish its schema); `Terminating=True` is Progressing; `Established=True`
+/// and `NamesAccepted=True` are Healthy; otherwise Progressing (the apiextensions conditions).
+fn crd(obj: &Object) -> Assessment {
     let conds = conditions(obj);
-    for t in ["Stalled", "Failed"] {
-        if let Some(c) = condition(&conds, t)
-            && cstr(c, "status") == "True"
-        {
-            return Assessment::new(Health::Degraded, format!("{t}: {}", cstr(c, "message")));
-        }
+    let is = |t: &str, s: &str| condition(&conds, t).is_some_and(|c| cstr(c, "status") == s);
+    let say = |t: &str| {
+        condition(&conds, t)
+            .map(|c| format!("{t}: {}", cstr(c, "message")))
+            .unwrap_or_else(|| t.to_string())
+    };
+    if is("NonStructuralSchema", "True") {
+        return Assessment::new(Health::Degraded, say("NonStructuralSchema"));
     }
-    if let Some(c) = condition(&conds, "Reconciling")
-        && cstr(c, "status") == "True"
-    {
-        return Assessment::new(Health::Progressing, cstr(c, "message"));
+    if is("Terminating", "True") {
+        return Assessment::new(Health::Progressing, say("Terminating"));
     }
-    for t in ["Ready", "Available"] {
-        if let Some(c) = condition(&conds, t) {
-            return match cstr(c, "status") {
-                "True" => Assessment::new(Health::Healthy, cstr(c, "message")),
-                _ => Assessment::new(
-                    Health::Progressing,
-                    format!("{t} is {}: {}", cstr(c, "status"), cstr(c, "message")),
-                ),
-            };
-        }
+    if is("NamesAccepted", "False") {
+        return Assessment::new(Health::Degraded, say("NamesAccepted"));
     }
-    Assessment::new(Health::Healthy, "")
+    if is("Established", "True") && is("NamesAccepted", "True") {
+        return Assessment::new(Health::Healthy, say("Established"));
+    }
+    Assessment::new(Health::Progressing, "waiting to be established")
 }
 
 // ---------------------------------------------------------------------------------------------
-// Custom rules in CEL.
+// Custom rules: CEL expressions and Lua checks.
 
-/// One custom rule: CEL expressions for a group and kind. Each expression sees the object's
-/// top-level fields as variables (`metadata`, `spec`, `status`, ..., absent ones as `{}`) and
-/// the whole object as `object`, and must give a boolean. They are tried in the order
-/// degraded, healthy, progressing; the first true one gives the health; when none is true the
-/// built-in rules decide.
+/// One custom rule for a group and kind: CEL expressions, or a Lua health check in Argo CD's
+/// format ([`lua::LuaCheck`]). `group` and `kind` may hold `*`, matching any run of
+/// characters (as Argo CD's `resource.customizations.health.*.crossplane.io_*` keys do).
+///
+/// CEL: each expression sees the object's top-level fields as variables (`metadata`, `spec`,
+/// `status`, ..., absent ones as `{}`) and the whole object as `object`, and must give a
+/// boolean. They are tried in the order degraded, healthy, progressing; the first true one
+/// gives the health; when none is true the next rules decide.
+///
+/// Lua: the check's `hs.status` and `hs.message` are the verdict; a check that returns nothing
+/// (`nil`, `{}`) leaves it to the next rules; one that fails is `Unknown` with the reason.
 #[derive(Clone)]
 pub struct CustomRule {
-    /// API group (empty for core).
+    /// API group (empty for core); `*` matches any run of characters.
     pub group: String,
-    /// Kind.
+    /// Kind; `*` matches any run of characters.
     pub kind: String,
-    degraded: Option<(String, Arc<cel::Program>)>,
-    healthy: Option<(String, Arc<cel::Program>)>,
-    progressing: Option<(String, Arc<cel::Program>)>,
+    check: Check,
+}
+
+#[derive(Clone)]
+enum Check {
+    Cel {
+        degraded: Option<(String, Arc<cel::Program>)>,
+        healthy: Option<(String, Arc<cel::Program>)>,
+        progressing: Option<(String, Arc<cel::Program>)>,
+    },
+    Lua(lua::LuaCheck),
+}
+
+impl CustomRule {
+    fn matches(&self, group: &str, kind: &str) -> bool {
+        glob(&self.group, group) && glob(&self.kind, kind)
+    }
+
+    fn is_wildcard(&self) -> bool {
+        self.group.contains('*') || self.kind.contains('*')
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters (none included).
+fn glob(pattern: &str, text: &str) -> bool {
+    let Some((first, rest)) = pattern.split_once('*') else {
+        return pattern == text;
+    };
+    let Some(mut remaining) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('*').collect();
+    let (last, middle) = parts.split_last().expect("split gives one part at least");
+    for part in middle {
+        match remaining.find(part) {
+            Some(i) => remaining = &remaining[i + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.len() >= last.len() && remaining.ends_with(last)
 }
 
 /// Errors from compiling a rule.
@@ -606,7 +722,7 @@ fn compile(expr: Option<&str>) -> Result<Option<(String, Arc<cel::Program>)>, Ru
 }
 
 impl CustomRule {
-    /// Compiles a rule.
+    /// Compiles a CEL rule.
     ///
     /// # Errors
     ///
@@ -621,23 +737,42 @@ impl CustomRule {
         Ok(Self {
             group: group.to_string(),
             kind: kind.to_string(),
-            degraded: compile(degraded)?,
-            healthy: compile(healthy)?,
-            progressing: compile(progressing)?,
+            check: Check::Cel {
+                degraded: compile(degraded)?,
+                healthy: compile(healthy)?,
+                progressing: compile(progressing)?,
+            },
         })
+    }
+
+    /// A rule that runs a Lua health check (compiled already: [`lua::LuaCheck::from_file`]).
+    pub fn lua(group: &str, kind: &str, check: lua::LuaCheck) -> Self {
+        Self {
+            group: group.to_string(),
+            kind: kind.to_string(),
+            check: Check::Lua(check),
+        }
     }
 }
 
-/// The custom rules of a config, by group and kind.
+/// The custom rules of a config: its `health[]` entries (CEL or Lua), then a folder of Lua
+/// checks laid out like Argo CD's `resource_customizations/` (`healthLuaDir`).
+///
+/// Which wins when several match: the `health[]` entries for the exact group and kind, in
+/// config order, then those with `*`, in config order; then the folder's check for the exact
+/// group and kind, then its wildcard folders (`_`). The first that matches is asked; when it
+/// gives no verdict (no CEL expression true, a Lua check returning nothing), the next that
+/// matches is asked, and after them the built-in rules.
 #[derive(Clone, Default)]
 pub struct CustomRules {
     rules: Vec<CustomRule>,
+    dir: Option<Arc<lua::LuaDir>>,
 }
 
 impl CustomRules {
-    /// Rules from a list (a later rule for the same group and kind is ignored).
+    /// Rules from a list, in the order they are tried (exact ones before wildcard ones).
     pub fn new(rules: Vec<CustomRule>) -> Self {
-        Self { rules }
+        Self { rules, dir: None }
     }
 
     /// No custom rules.
@@ -645,78 +780,119 @@ impl CustomRules {
         Self::default()
     }
 
-    /// The custom verdict for `obj`, or `None` when no rule applies or none of its expressions
-    /// is true. An expression that fails to evaluate or gives a non-boolean is `Unknown`,
-    /// naming the expression.
-    pub fn assess(&self, obj: &Object) -> Option<Assessment> {
-        let rule = self
+    /// These rules, then the checks of a folder laid out like Argo CD's
+    /// `resource_customizations/`.
+    pub fn with_lua_dir(mut self, dir: lua::LuaDir) -> Self {
+        self.dir = Some(Arc::new(dir));
+        self
+    }
+
+    /// The custom verdict for `obj` and the rule that gave it, or `None` when no rule applies
+    /// or none gives a verdict. A CEL expression that fails to evaluate or gives a non-boolean
+    /// is `Unknown`, naming the expression; a Lua check that fails is `Unknown` with why.
+    pub fn assess(&self, obj: &Object) -> Option<(Assessment, Rule)> {
+        let (group, kind) = (obj.group(), obj.kind());
+        let exact = self
             .rules
             .iter()
-            .find(|r| r.group == obj.group() && r.kind == obj.kind())?;
-        let mut ctx = cel::Context::default();
-        for name in ["metadata", "spec", "status"] {
-            let v = obj.get(name).cloned().unwrap_or(Value::Object(Map::new()));
-            if ctx.add_variable(name, v).is_err() {
+            .filter(|r| !r.is_wildcard() && r.matches(group, kind));
+        let wild = self
+            .rules
+            .iter()
+            .filter(|r| r.is_wildcard() && r.matches(group, kind));
+        for rule in exact.chain(wild) {
+            let verdict = match &rule.check {
+                Check::Cel {
+                    degraded,
+                    healthy,
+                    progressing,
+                } => cel_assess(
+                    obj,
+                    [
+                        (Health::Degraded, degraded),
+                        (Health::Healthy, healthy),
+                        (Health::Progressing, progressing),
+                    ],
+                )
+                .map(|a| (a, Rule::Cel)),
+                Check::Lua(check) => check
+                    .assess(obj)
+                    .map(|a| (a, Rule::Lua(check.origin().to_string()))),
+            };
+            if verdict.is_some() {
+                return verdict;
+            }
+        }
+        let check = self.dir.as_ref()?.find(group, kind)?;
+        check
+            .assess(obj)
+            .map(|a| (a, Rule::Lua(check.origin().to_string())))
+    }
+}
+
+type CelExpr = Option<(String, Arc<cel::Program>)>;
+
+/// Runs a CEL rule's expressions in order; the first true one gives the health.
+fn cel_assess(obj: &Object, exprs: [(Health, &CelExpr); 3]) -> Option<Assessment> {
+    let mut ctx = cel::Context::default();
+    for name in ["metadata", "spec", "status"] {
+        let v = obj.get(name).cloned().unwrap_or(Value::Object(Map::new()));
+        if ctx.add_variable(name, v).is_err() {
+            return Some(Assessment::new(
+                Health::Unknown,
+                format!("cannot pass `{name}` to the health rule"),
+            ));
+        }
+    }
+    for (k, v) in obj.as_map() {
+        if !matches!(k.as_str(), "metadata" | "spec" | "status") && is_identifier(k) {
+            let _ = ctx.add_variable(k.as_str(), v.clone());
+        }
+    }
+    let _ = ctx.add_variable("object", Value::from(obj.clone()));
+    for (health, expr) in exprs {
+        let Some((source, program)) = expr else {
+            continue;
+        };
+        match program.execute(&ctx) {
+            Ok(cel::Value::Bool(true)) => {
+                return Some(Assessment::new(health, format!("custom rule: {source}")));
+            }
+            Ok(cel::Value::Bool(false)) => {}
+            // CEL quotes operands in its errors and a wrong result is a value of the
+            // object: neither is shown for a Secret.
+            Ok(other) if obj.is_secret() => {
                 return Some(Assessment::new(
                     Health::Unknown,
-                    format!("cannot pass `{name}` to the health rule"),
+                    format!(
+                        "custom rule `{source}` gave a {}, not a boolean (the value is not shown: this is a Secret)",
+                        cel_type(&other)
+                    ),
+                ));
+            }
+            Ok(other) => {
+                return Some(Assessment::new(
+                    Health::Unknown,
+                    format!("custom rule `{source}` gave {other:?}, not a boolean"),
+                ));
+            }
+            Err(_) if obj.is_secret() => {
+                return Some(Assessment::new(
+                    Health::Unknown,
+                    format!(
+                        "custom rule `{source}` failed (the error is not shown: it may quote this Secret's values)"
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Some(Assessment::new(
+                    Health::Unknown,
+                    format!("custom rule `{source}` failed: {e}"),
                 ));
             }
         }
-        for (k, v) in obj.as_map() {
-            if !matches!(k.as_str(), "metadata" | "spec" | "status") && is_identifier(k) {
-                let _ = ctx.add_variable(k.as_str(), v.clone());
-            }
-        }
-        let _ = ctx.add_variable("object", Value::from(obj.clone()));
-        for (health, expr) in [
-            (Health::Degraded, &rule.degraded),
-            (Health::Healthy, &rule.healthy),
-            (Health::Progressing, &rule.progressing),
-        ] {
-            let Some((source, program)) = expr else {
-                continue;
-            };
-            match program.execute(&ctx) {
-                Ok(cel::Value::Bool(true)) => {
-                    return Some(Assessment::new(health, format!("custom rule: {source}")));
-                }
-                Ok(cel::Value::Bool(false)) => {}
-                // CEL quotes operands in its errors and a wrong result is a value of the
-                // object: neither is shown for a Secret.
-                Ok(other) if obj.is_secret() => {
-                    return Some(Assessment::new(
-                        Health::Unknown,
-                        format!(
-                            "custom rule `{source}` gave a {}, not a boolean (the value is not shown: this is a Secret)",
-                            cel_type(&other)
-                        ),
-                    ));
-                }
-                Ok(other) => {
-                    return Some(Assessment::new(
-                        Health::Unknown,
-                        format!("custom rule `{source}` gave {other:?}, not a boolean"),
-                    ));
-                }
-                Err(_) if obj.is_secret() => {
-                    return Some(Assessment::new(
-                        Health::Unknown,
-                        format!(
-                            "custom rule `{source}` failed (the error is not shown: it may quote this Secret's values)"
-                        ),
-                    ));
-                }
-                Err(e) => {
-                    return Some(Assessment::new(
-                        Health::Unknown,
-                        format!("custom rule `{source}` failed: {e}"),
-                    ));
-                }
-            }
-        }
-        None
     }
+    None
 }
 
 /// The CEL type name of a value (`string`, `int`, ...), as the CEL spec names them.
@@ -739,9 +915,12 @@ fn is_identifier(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// `health[]`: a custom health rule, CEL expressions for one group and kind (in the spirit of
-/// Flux's `healthCheckExprs`). Each expression sees the object's top-level fields as variables
-/// (`metadata`, `spec`, `status`...; absent ones as `{}`) and the whole object as `object`.
+/// `health[]`: a custom health rule for one group and kind: CEL expressions (in the spirit of
+/// Flux's `healthCheckExprs`), or a Lua health check in Argo CD's format (`lua: FILE`, the
+/// script Argo CD keeps as `resource.customizations.health.<group>_<kind>`). Each CEL
+/// expression sees the object's top-level fields as variables (`metadata`, `spec`,
+/// `status`...; absent ones as `{}`) and the whole object as `object`. `group` and `kind` may
+/// hold `*` (any run of characters).
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HealthRuleConfig {
@@ -759,6 +938,10 @@ pub struct HealthRuleConfig {
     /// True when it is degraded (tried first).
     #[serde(default)]
     pub degraded: Option<serde_saphyr::Spanned<String>>,
+    /// A Lua health check file in Argo CD's format, relative to the config file (instead of
+    /// the CEL expressions).
+    #[serde(default)]
+    pub lua: Option<serde_saphyr::Spanned<std::path::PathBuf>>,
 }
 
 #[cfg(test)]
@@ -771,7 +954,7 @@ mod tests {
     }
 
     fn h(v: Value) -> Health {
-        assess(Some(&obj(v)), &CustomRules::none()).health
+        assess(Some(&obj(v)), &CustomRules::none(), &StatusKinds::none()).health
     }
 
     #[test]
@@ -787,7 +970,10 @@ mod tests {
 
     #[test]
     fn absent_objects_are_missing_and_deleting_ones_progressing() {
-        assert_eq!(assess(None, &CustomRules::none()).health, Health::Missing);
+        assert_eq!(
+            assess(None, &CustomRules::none(), &StatusKinds::none()).health,
+            Health::Missing
+        );
         assert_eq!(
             h(
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "deletionTimestamp": "2026-01-01T00:00:00Z"}})
@@ -1118,7 +1304,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
             "stringData": {"password": "SUPERSECRETVALUE123"}, "data": {"token": "U1VQRVJTRUNSRVQ="}}),
         );
-        let a = assess(Some(&secret), &rules);
+        let a = assess(Some(&secret), &rules, &StatusKinds::none());
         assert_eq!(a.health, Health::Unknown);
         assert!(a.message.contains("not shown"), "{}", a.message);
         assert!(
@@ -1129,7 +1315,7 @@ mod tests {
         let returns = CustomRules::new(vec![
             CustomRule::new("", "Secret", Some("object.stringData.password"), None, None).unwrap(),
         ]);
-        let a = assess(Some(&secret), &returns);
+        let a = assess(Some(&secret), &returns, &StatusKinds::none());
         assert!(a.message.contains("gave a string"), "{}", a.message);
         assert!(!a.message.contains("SUPERSECRET"), "{}", a.message);
     }
@@ -1152,6 +1338,7 @@ mod tests {
                     json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "status": status}),
                 )),
                 &rules,
+                &StatusKinds::none(),
             )
         };
         assert_eq!(w(json!({"phase": "Running"})).health, Health::Healthy);
@@ -1183,6 +1370,7 @@ mod tests {
                 json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
             )),
             &broken,
+            &StatusKinds::none(),
         );
         assert_eq!(a.health, Health::Unknown);
         assert!(
@@ -1196,6 +1384,7 @@ mod tests {
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
             )),
             &rules,
+            &StatusKinds::none(),
         );
         assert_eq!(other.health, Health::Healthy);
         assert!(CustomRule::new("", "X", Some("(("), None, None).is_err());

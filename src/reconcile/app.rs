@@ -1331,6 +1331,27 @@ impl App {
                 .or(live)
                 .map_or(String::new(), |o| o.version().to_string())
         };
+        let mut status_kinds = health::StatusKinds::from_objects(crds(&in_force.desired));
+        // An object with no status yet is Progressing when its kind's CRD declares a status
+        // subresource: the CRDs not among the app's own are read from the store, only when
+        // such an object is there to judge (a store without them leaves it Healthy).
+        let unjudged = outcome.plan.steps.iter().any(|step| {
+            outcome.live.get(&step.key).is_some_and(|o| {
+                o.get("status").is_none()
+                    && health::is_custom_group(o.group())
+                    && !status_kinds.knows(o.group(), o.kind())
+            })
+        });
+        if unjudged {
+            let selector = crate::store::Selector {
+                group: Some("apiextensions.k8s.io".into()),
+                kind: Some("CustomResourceDefinition".into()),
+                namespace: None,
+            };
+            if let Ok(listing) = self.store.list(&selector).await {
+                status_kinds.extend(&health::StatusKinds::from_objects(listing.objects.values()));
+            }
+        }
         // Objects still as declared since their last look keep their status as it was.
         let mut seen = BTreeSet::new();
         for step in &outcome.plan.steps {
@@ -1394,7 +1415,7 @@ impl App {
                     &step.key,
                     version_of(&step.key, live),
                     sync_status,
-                    health::assess(live, &self.health_rules),
+                    health::assess(live, &self.health_rules, &status_kinds),
                     message,
                 ),
             );
@@ -1408,7 +1429,7 @@ impl App {
                     key,
                     version_of(key, live),
                     SyncStatus::OutOfSync,
-                    health::assess(live, &self.health_rules),
+                    health::assess(live, &self.health_rules, &status_kinds),
                     Some(why.clone()),
                 ),
             );
@@ -1720,6 +1741,14 @@ pub(super) fn resource(
         health_message: (!health.message.is_empty()).then_some(health.message),
         message,
     }
+}
+
+/// The CustomResourceDefinitions of a desired set.
+fn crds(desired: &BTreeMap<ObjectKey, Object>) -> impl Iterator<Item = &Object> {
+    desired
+        .iter()
+        .filter(|(k, _)| k.group == "apiextensions.k8s.io" && k.kind == "CustomResourceDefinition")
+        .map(|(_, o)| o)
 }
 
 #[cfg(test)]

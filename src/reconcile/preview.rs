@@ -744,6 +744,7 @@ impl Previews {
                 "Preview drift reverted"
             );
         }
+        let status_kinds = health::StatusKinds::from_objects(moved.values());
         let mut resources = Vec::new();
         for key in moved.keys() {
             let live = outcome.live.get(key);
@@ -757,7 +758,7 @@ impl Previews {
                 key,
                 version,
                 sync,
-                health::assess(live, &self.health_rules),
+                health::assess(live, &self.health_rules, &status_kinds),
                 message,
             ));
         }
@@ -766,7 +767,7 @@ impl Previews {
                 key,
                 obj.version().to_string(),
                 SyncStatus::OutOfSync,
-                health::assess(existing.get(key), &self.health_rules),
+                health::assess(existing.get(key), &self.health_rules, &status_kinds),
                 Some("already in the store and not created by this preview: left alone".into()),
             ));
         }

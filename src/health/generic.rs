@@ -1,0 +1,883 @@
+//! The generic rules: the health of an object of a kind no rule was written for, read from the
+//! conventions its status follows.
+//!
+//! kstatus (sigs.k8s.io/cli-utils `pkg/kstatus`) reads only `observedGeneration` and the
+//! `Ready`, `Reconciling` and `Stalled` conditions, and calls everything else Current. Controllers
+//! say far more than that: a `status.phase` of `Failed`, a `Synced=False` condition with
+//! `ReconcileError`, `readyReplicas` behind `replicas`. These rules read those too, in this
+//! order; the first that speaks decides:
+//!
+//! 1. **Suspended**: `spec.suspend` or `spec.paused` is true, a `Paused` or `Suspended` condition
+//!    is True, or a phase or state (below) is `Paused`, `Suspended`, `Hibernated` or `Stopped`.
+//! 2. **Degraded**, when the object's own status says it failed:
+//!    - a condition whose type names a failure is True: `Stalled`, `Failed`, `Failure`,
+//!      `Degraded`, `Error`, `Invalid`, `NotReady`, a type starting with `Error`
+//!      (`ErrorOccurred`) or ending in `Failed`, `Failure`, `Error`, `Errors` or `Unhealthy`;
+//!    - any other condition is False with a terminal reason: one naming a failure (`fail`,
+//!      `error`, `invalid`, `denied`, `forbidden`, `unauthorized`, `notfound`, `conflict`,
+//!      `backoff`, `exceeded`, `rejected`, `unreachable`, `terminal`, `stalled`, `crash`, and the
+//!      Gateway API's `notallowed`, `nomatching`, `unsupported`, `notpermitted`, in its reason,
+//!      case-insensitive: `Ready=False` with `IssuerNotFound`, `Progressing=False` with
+//!      `ProgressDeadlineExceeded`), or with `severity: Error` (Cluster API);
+//!    - a phase, state or health field names a failure: `Failed`, `Error`, `Degraded`,
+//!      `Unhealthy`, `Invalid`, `Rejected`, `Canceled`, `Aborted`, `NonCompliant`, `red`,
+//!      `CrashLoopBackOff`, or any value containing `fail` or `error`. These fields are
+//!      `status.health.status` and the top-level fields of `status` named `phase`, `state`,
+//!      `health`, `status` or `compliant`, or ending in `Phase`, `State` or `Status`
+//!      (`currentState`, the Zalando operator's `PostgresClusterStatus`; not `desiredState`);
+//!    - an error field is set: `status.error` (text, or an object with a `message`) or a text
+//!      field whose name starts with `err` or `failure` (`errorMessage`, Cluster API's
+//!      `failureMessage`);
+//!    - a finished run says it failed: `Complete`, `Completed` or `Succeeded` True with a
+//!      terminal reason (`JobFailed`);
+//!    - one or two levels down, a state-named field names a failure (per-cluster or
+//!      per-component states: `applicationState.state`, `aggregatedStatus[].health`); lists
+//!      named `history` are not read, and only failures are read this deep;
+//!    - `status.healthy` is false.
+//! 3. **Progressing** when the controller has not seen the latest spec: `status.observedGeneration`
+//!    or a condition's `observedGeneration` behind `metadata.generation` (Kubernetes API
+//!    conventions).
+//! 4. **Unknown** when a phase or state is literally `Unknown`.
+//! 5. **Progressing** when the object says it is on its way:
+//!    - `Reconciling=True`, or a condition of the all-is-well kind (`Ready`, `Available`,
+//!      `Healthy`, `Synced`, `Succeeded`, `Completed`, `Complete`, `Established`,
+//!      `Reconciled`, `Installed`, `Active`, `Deployed`, `Configured`, `Valid`, `Accepted`,
+//!      `Programmed`, `ResolvedRefs`, `Admitted`, or a type ending in `Ready`, `Healthy` or
+//!      `Available`) that is False (without a terminal reason) or Unknown;
+//!    - a phase or state of the in-progress vocabulary (`Pending`, `Progressing`, `InProgress`,
+//!      `Scheduled`, `Queued`, `New`, `yellow`, `NotReady`, or whose first word ends in `ing`
+//!      and is not `Running`: `Provisioning`, `ApplyingChanges`, `Waiting for pods`);
+//!    - `status.ready` is false;
+//!    - replica counters behind the desired count (`readyReplicas`, `availableReplicas`,
+//!      `updatedReplicas` below `spec.replicas`, or `status.replicas` when the spec has none; a
+//!      counter left out is zero, as Kubernetes leaves zero counters out).
+//! 6. **Healthy** when a condition of the all-is-well kind is True (none being False, by 5), a
+//!    phase or state is of the healthy vocabulary (`Running`, `Ready`, `Succeeded`,
+//!    `Completed`, `Healthy`, `Active`, `Available`, `Bound`, `Deployed`, `Established`,
+//!    `green`, ...), the counters have caught up, or `status.healthy`/`status.ready` is true.
+//! 7. **No status at all**: `Progressing` ("waiting for the controller") when the kind is known
+//!    to have a status subresource (a CustomResourceDefinition among the app's objects declares
+//!    `subresources.status`, [`StatusKinds`]), since a controller that has not written one has
+//!    not seen the object; `Healthy` otherwise (a ConfigMap, or a CRD kind without a status:
+//!    nothing will ever report on it).
+//! 8. Otherwise (a status with none of the above) **Healthy**, as kstatus says.
+//!
+//! Conditions are read from `status.conditions` and from the lists the Gateway API convention
+//! nests them in (`status.parents[]`, `status.listeners[]`, `status.ancestors[]`) and
+//! OpenShift's `status.ingress[]`.
+//!
+//! A rule never says Healthy for an object whose own status names a failure: the failure
+//! readings (2) come before every Healthy reading, and a phase of the failure vocabulary wins
+//! over a True `Ready`.
+//!
+//! Pure: no I/O.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+use super::{Assessment, Health};
+use crate::object::Object;
+
+/// The kinds known to have a status subresource, by API group and kind: read from
+/// CustomResourceDefinitions (`apiextensions.k8s.io`), `spec.versions[].subresources.status` (v1)
+/// or `spec.subresources.status` (v1beta1). An object of such a kind with no `status` at all has
+/// not been seen by its controller yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusKinds {
+    with: BTreeSet<(String, String)>,
+    without: BTreeSet<(String, String)>,
+}
+
+impl StatusKinds {
+    /// No kinds known.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The kinds the CustomResourceDefinitions among `objects` declare with a status subresource
+    /// (other objects are ignored).
+    pub fn from_objects<'a>(objects: impl IntoIterator<Item = &'a Object>) -> Self {
+        let mut kinds = Self::default();
+        for o in objects {
+            if o.group() != "apiextensions.k8s.io" || o.kind() != "CustomResourceDefinition" {
+                continue;
+            }
+            let Some(spec) = o.get("spec") else { continue };
+            let group = spec
+                .get("group")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let Some(kind) = spec.pointer("/names/kind").and_then(Value::as_str) else {
+                continue;
+            };
+            let top = spec.pointer("/subresources/status").is_some();
+            let any_version = spec
+                .get("versions")
+                .and_then(Value::as_array)
+                .is_some_and(|vs| {
+                    vs.iter()
+                        .any(|v| v.pointer("/subresources/status").is_some())
+                });
+            let entry = (group.to_string(), kind.to_string());
+            if top || any_version {
+                kinds.with.insert(entry);
+            } else {
+                kinds.without.insert(entry);
+            }
+        }
+        kinds
+    }
+
+    /// Whether `group`/`kind` is known to have a status subresource.
+    pub fn contains(&self, group: &str, kind: &str) -> bool {
+        self.with.contains(&(group.to_string(), kind.to_string()))
+    }
+
+    /// Whether a CRD of `group`/`kind` was seen (with a status subresource or without).
+    pub fn knows(&self, group: &str, kind: &str) -> bool {
+        let k = (group.to_string(), kind.to_string());
+        self.with.contains(&k) || self.without.contains(&k)
+    }
+
+    /// Adds the kinds of `other`.
+    pub fn extend(&mut self, other: &StatusKinds) {
+        self.with.extend(other.with.iter().cloned());
+        self.without.extend(other.without.iter().cloned());
+    }
+}
+
+/// The API groups Kubernetes serves itself that hold a `.` (custom resources' groups must hold
+/// one: apiextensions' CRD validation).
+const BUILT_IN_GROUPS: &[&str] = &[
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// Whether objects of `group` are custom resources (served through a CRD): a group with a `.`
+/// that Kubernetes does not serve itself.
+pub fn is_custom_group(group: &str) -> bool {
+    group.contains('.') && !BUILT_IN_GROUPS.contains(&group)
+}
+
+/// Condition types that say all is well when True.
+const POSITIVE: &[&str] = &[
+    "Ready",
+    "Available",
+    "Healthy",
+    "Synced",
+    "Succeeded",
+    "Completed",
+    "Complete",
+    "Established",
+    "Reconciled",
+    "Installed",
+    "Active",
+    "Deployed",
+    "Configured",
+    "Valid",
+    // Gateway API (gateway.networking.k8s.io) and the policies built on it.
+    "Accepted",
+    "Programmed",
+    "ResolvedRefs",
+    // OpenShift's Route (`status.ingress[].conditions`).
+    "Admitted",
+];
+
+/// Whether a condition type says all is well when True: one of [`POSITIVE`], or a type ending in
+/// `Ready`, `Healthy` or `Available` (`PodsHealthy`, `PredictorReady`).
+fn positive(t: &str) -> bool {
+    POSITIVE.contains(&t)
+        || ["Ready", "Healthy", "Available"]
+            .iter()
+            .any(|s| t.len() > s.len() && t.ends_with(s) && !t.starts_with("Not"))
+}
+
+/// Whether a condition type names a failure (True is bad).
+fn negative(t: &str) -> bool {
+    matches!(
+        t,
+        "Stalled" | "Failed" | "Failure" | "Degraded" | "Error" | "Invalid" | "NotReady"
+    ) || ["Failed", "Failure", "Error", "Errors", "Unhealthy"]
+        .iter()
+        .any(|s| t.len() > s.len() && t.ends_with(s))
+        || t.starts_with("Error")
+}
+
+/// The error fields a status may carry, when not empty: `status.error` (a string, or an object
+/// with a `message`: the CSI snapshotter's convention), and every top-level string field whose
+/// name starts with `err` or `failure` (`errorMessage`, `errMsg`, `errorDescription`; Cluster
+/// API's `failureMessage` and `failureReason` for terminal failures).
+fn error_fields(status: &Value) -> Vec<(&str, String)> {
+    let mut out = Vec::new();
+    match status.get("error") {
+        Some(Value::String(s)) if !s.is_empty() => out.push(("error", s.clone())),
+        Some(Value::Object(o)) => {
+            if let Some(m) = o.get("message").and_then(Value::as_str) {
+                out.push(("error.message", m.to_string()));
+            }
+        }
+        _ => {}
+    }
+    for (f, v) in status.as_object().into_iter().flatten() {
+        let l = f.to_ascii_lowercase();
+        if (l.starts_with("err") || l.starts_with("failure"))
+            && l != "error"
+            && let Some(s) = v.as_str()
+            && !s.is_empty()
+        {
+            out.push((f.as_str(), s.to_string()));
+        }
+    }
+    out
+}
+
+/// A failure named one or two levels below the status' top level: a field named as a state
+/// (`state`, `status`, `phase`, `health`, or ending in `State`, `Status` or `Phase`) whose value
+/// is of the failure vocabulary, in an object or in a list of objects (per-cluster,
+/// per-environment or per-component states: `applicationState.state`,
+/// `aggregatedStatus[].health`, `statuses.<namespace>.state`). Lists named `history` are not
+/// read: an old failure there is over. Only failures are read this deep: a nested `Running`
+/// says nothing of the whole.
+fn nested_failure(status: &Value) -> Option<(String, String)> {
+    fn state_named(k: &str) -> bool {
+        let l = k.to_ascii_lowercase();
+        matches!(
+            l.as_str(),
+            "state" | "status" | "phase" | "health" | "compliant"
+        ) || (["state", "status", "phase"].iter().any(|e| l.ends_with(e))
+            && !l.starts_with("desired")
+            && !l.starts_with("expected"))
+    }
+    fn scan(v: &Value, path: &str, depth: usize) -> Option<(String, String)> {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let p = format!("{path}.{k}");
+                    if let Some(s) = v.as_str()
+                        && state_named(k)
+                        && word(s) == Some(Word::Failed)
+                    {
+                        return Some((p, s.to_string()));
+                    }
+                    if depth > 0
+                        && k != "history"
+                        && k != "conditions"
+                        && let Some(found) = scan(v, &p, depth - 1)
+                    {
+                        return Some(found);
+                    }
+                }
+                None
+            }
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| scan(v, &format!("{path}[{i}]"), depth)),
+            _ => None,
+        }
+    }
+    let top = status.as_object()?;
+    for (k, v) in top {
+        if k == "history" || k == "conditions" || !(v.is_object() || v.is_array()) {
+            continue;
+        }
+        if let Some(found) = scan(v, &format!("status.{k}"), 1) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Whether a condition reason is terminal: it names a failure.
+pub(super) fn terminal_reason(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    [
+        "fail",
+        "error",
+        "invalid",
+        "denied",
+        "forbidden",
+        "unauthorized",
+        "notfound",
+        "conflict",
+        "backoff",
+        "exceeded",
+        "rejected",
+        "unreachable",
+        "terminal",
+        "stalled",
+        "crash",
+        // Gateway API's reasons for a route or listener that will not work as written.
+        "notallowed",
+        "nomatching",
+        "unsupported",
+        "notpermitted",
+    ]
+    .iter()
+    .any(|w| r.contains(w))
+}
+
+/// The reading of a phase, state or health word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Word {
+    Failed,
+    Suspended,
+    Unknown,
+    InProgress,
+    Fine,
+}
+
+/// Reads a phase, state or health value by the common vocabularies (case, spaces, `_` and `-`
+/// ignored). `None` for a value of no known vocabulary.
+pub(super) fn word(value: &str) -> Option<Word> {
+    let w: String = value
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '_' | '-'))
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if w.is_empty() {
+        return None;
+    }
+    if w.contains("fail")
+        || w.contains("error")
+        || matches!(
+            w.as_str(),
+            "degraded"
+                | "unhealthy"
+                | "invalid"
+                | "rejected"
+                | "red"
+                | "crashloopbackoff"
+                | "lost"
+                | "canceled"
+                | "cancelled"
+                | "aborted"
+                | "noncompliant"
+                | "healtherr"
+        )
+    {
+        return Some(Word::Failed);
+    }
+    if matches!(
+        w.as_str(),
+        "paused" | "suspended" | "hibernated" | "hibernating" | "stopped"
+    ) {
+        return Some(Word::Suspended);
+    }
+    if w == "unknown" {
+        return Some(Word::Unknown);
+    }
+    if matches!(
+        w.as_str(),
+        "running"
+            | "ready"
+            | "succeeded"
+            | "success"
+            | "successful"
+            | "completed"
+            | "complete"
+            | "healthy"
+            | "active"
+            | "available"
+            | "bound"
+            | "deployed"
+            | "established"
+            | "exists"
+            | "green"
+            | "provisioned"
+            | "created"
+            | "initialized"
+            | "installed"
+            | "synced"
+            | "online"
+            | "ok"
+            | "done"
+            | "enabled"
+            | "reconciled"
+            | "up"
+            | "current"
+    ) {
+        return Some(Word::Fine);
+    }
+    // The first word (split at spaces, `_` and lower-to-upper case changes): `ApplyingChanges`,
+    // `PENDING_RERUN`, `Waiting for Pods to be ready`.
+    let first: String = {
+        let t = value.trim();
+        let mut end = t.len();
+        let mut prev_lower = false;
+        for (i, c) in t.char_indices() {
+            if c == ' ' || c == '_' || c == '-' || (prev_lower && c.is_ascii_uppercase()) {
+                end = i;
+                break;
+            }
+            prev_lower = c.is_ascii_lowercase();
+        }
+        t[..end].to_ascii_lowercase()
+    };
+    if w.contains("notready") || first == "pending" {
+        return Some(Word::InProgress);
+    }
+    let single_word = first.chars().all(|c| c.is_ascii_alphabetic());
+    if matches!(
+        w.as_str(),
+        "pending"
+            | "progressing"
+            | "inprogress"
+            | "new"
+            | "queued"
+            | "scheduled"
+            | "yellow"
+            | "notready"
+            | "init"
+            | "unready"
+            | "waiting"
+            | "upgradepending"
+            | "importscheduled"
+            | "importinprogress"
+    ) || (single_word && first.ends_with("ing") && first != "running")
+        || (value.trim().chars().all(|c| c.is_ascii_alphabetic())
+            && w.ends_with("ing")
+            && !w.ends_with("running"))
+    {
+        return Some(Word::InProgress);
+    }
+    None
+}
+
+/// The conditions of `status.conditions`, then those the Gateway API convention nests per parent,
+/// listener or ancestor (`status.parents[].conditions`, `status.listeners[].conditions`,
+/// `status.ancestors[].conditions`).
+fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
+    let Some(status) = obj.get("status") else {
+        return Vec::new();
+    };
+    fn list(v: Option<&Value>) -> Vec<&Map<String, Value>> {
+        v.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_object).collect())
+            .unwrap_or_default()
+    }
+    let mut out = list(status.get("conditions"));
+    for nested in ["parents", "listeners", "ancestors", "ingress"] {
+        for entry in status
+            .get(nested)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.extend(list(entry.get("conditions")));
+        }
+    }
+    out
+}
+
+fn text<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
+    c.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `type=status: reason: message`, for a message.
+fn say(c: &Map<String, Value>) -> String {
+    let mut s = format!("{}={}", text(c, "type"), text(c, "status"));
+    for k in ["reason", "message"] {
+        let v = text(c, k);
+        if !v.is_empty() {
+            s.push_str(": ");
+            s.push_str(v);
+        }
+    }
+    s
+}
+
+/// The phase, state or health fields that are strings: (`field path`, value). These are
+/// `status.health.status` and every top-level field of `status` named `phase`, `state`,
+/// `health` or `status`, or ending in `Phase`, `State` or `Status` (`currentState`,
+/// `stageStatus`, the Zalando operator's `PostgresClusterStatus`), but not `desiredState`.
+fn words(status: &Value) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    if let Some(s) = status.pointer("/health/status").and_then(Value::as_str) {
+        out.push(("status.health.status".to_string(), s));
+    }
+    for (k, v) in status.as_object().into_iter().flatten() {
+        let Some(s) = v.as_str() else { continue };
+        let l = k.to_ascii_lowercase();
+        let named = matches!(
+            l.as_str(),
+            "phase" | "state" | "health" | "status" | "compliant"
+        ) || (["phase", "state", "status"].iter().any(|e| l.ends_with(e))
+            && !l.starts_with("desired")
+            && !l.starts_with("expected"));
+        if named {
+            out.push((format!("status.{k}"), s));
+        }
+    }
+    out
+}
+
+/// `status.healthy` and `status.ready` when booleans.
+fn flags(status: &Value) -> (Option<bool>, Option<bool>) {
+    (
+        status.get("healthy").and_then(Value::as_bool),
+        status.get("ready").and_then(Value::as_bool),
+    )
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    v.and_then(Value::as_i64)
+}
+
+/// The replica counters: `Some((ready, desired))` when the status has counters and one of them
+/// is behind the desired count, `Some` with equal numbers when they caught up, `None` when the
+/// status has no counters.
+fn counters(obj: &Object, status: &Value) -> Option<(String, bool)> {
+    let names = ["readyReplicas", "availableReplicas", "updatedReplicas"];
+    let present: Vec<(&str, i64)> = names
+        .iter()
+        .filter_map(|n| int(status.get(*n)).map(|v| (*n, v)))
+        .collect();
+    let desired = int(obj.get("spec").and_then(|s| s.get("replicas")))
+        .or_else(|| int(status.get("replicas")))?;
+    if present.is_empty() {
+        // Kubernetes leaves a zero counter out: `replicas` with no `readyReplicas` is none ready.
+        if status.get("replicas").is_some() && desired > 0 {
+            return Some((format!("0 of {desired} replicas ready"), false));
+        }
+        return None;
+    }
+    for (n, v) in &present {
+        if *v < desired {
+            return Some((format!("{n}: {v} of {desired}"), false));
+        }
+    }
+    Some((format!("{desired} replicas ready"), true))
+}
+
+/// The generic rules (see the module documentation), for an object that is not being deleted.
+pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
+    let new = Assessment::new;
+    // 1. Suspended.
+    for flag in ["suspend", "paused"] {
+        if obj
+            .get("spec")
+            .and_then(|s| s.get(flag))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            return new(Health::Suspended, format!("spec.{flag} is true"));
+        }
+    }
+    let conds = conditions(obj);
+    let empty = Value::Object(Map::new());
+    let status = obj.get("status").filter(|s| s.is_object());
+    let has_status = status.is_some_and(|s| s.as_object().is_some_and(|m| !m.is_empty()));
+    let status = status.unwrap_or(&empty);
+    let words = words(status);
+    for c in &conds {
+        if matches!(text(c, "type"), "Paused" | "Suspended") && text(c, "status") == "True" {
+            return new(Health::Suspended, say(c));
+        }
+    }
+    for (path, w) in &words {
+        if word(w) == Some(Word::Suspended) {
+            return new(Health::Suspended, format!("{path} is {w}"));
+        }
+    }
+    // 2. Degraded.
+    for c in &conds {
+        let (t, s) = (text(c, "type"), text(c, "status"));
+        if negative(t) && s == "True" {
+            return new(Health::Degraded, say(c));
+        }
+        // A condition that is not itself about a failure, False with a terminal reason (any
+        // type: `ResourcesApplied=False` with `RemoteClusterClientFailed`), or False with
+        // `severity: Error` (Cluster API's condition convention).
+        if !negative(t)
+            && s == "False"
+            && (terminal_reason(text(c, "reason")) || text(c, "severity") == "Error")
+        {
+            return new(Health::Degraded, say(c));
+        }
+    }
+    let errors = error_fields(status);
+    if !errors.is_empty() {
+        let said: Vec<String> = errors
+            .iter()
+            .map(|(field, v)| format!("status.{field}: {v}"))
+            .collect();
+        return new(Health::Degraded, said.join("; "));
+    }
+    // A finished run that says it failed (`Complete=True` with `JobFailed`).
+    for c in &conds {
+        if matches!(text(c, "type"), "Complete" | "Completed" | "Succeeded")
+            && text(c, "status") == "True"
+            && terminal_reason(text(c, "reason"))
+        {
+            return new(Health::Degraded, say(c));
+        }
+    }
+    if let Some((path, w)) = nested_failure(status) {
+        return new(Health::Degraded, format!("{path} is {w}"));
+    }
+    for (path, w) in &words {
+        if word(w) == Some(Word::Failed) {
+            let message = status
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            return new(Health::Degraded, format!("{path} is {w}{message}"));
+        }
+    }
+    let (healthy_flag, ready_flag) = flags(status);
+    if healthy_flag == Some(false) {
+        return new(Health::Degraded, "status.healthy is false".to_string());
+    }
+    // 3. The latest spec not seen yet.
+    if let Some(seen) = int(status.get("observedGeneration"))
+        && seen < obj.generation() as i64
+    {
+        return new(
+            Health::Progressing,
+            format!(
+                "waiting for generation {} to be observed (observed {seen})",
+                obj.generation()
+            ),
+        );
+    }
+    // Conditions carry the generation they were written for (a Kubernetes API convention).
+    for c in &conds {
+        if let Some(seen) = int(c.get("observedGeneration"))
+            && seen < obj.generation() as i64
+        {
+            return new(
+                Health::Progressing,
+                format!(
+                    "waiting for generation {} to be observed ({} is of generation {seen})",
+                    obj.generation(),
+                    text(c, "type")
+                ),
+            );
+        }
+    }
+    // 4. Unknown, said so.
+    for (path, w) in &words {
+        if word(w) == Some(Word::Unknown) {
+            return new(Health::Unknown, format!("{path} is {w}"));
+        }
+    }
+    // 5. On its way.
+    for c in &conds {
+        let (t, s) = (text(c, "type"), text(c, "status"));
+        if (t == "Reconciling" && s == "True") || (positive(t) && s != "True") {
+            return new(Health::Progressing, say(c));
+        }
+    }
+    for (path, w) in &words {
+        if word(w) == Some(Word::InProgress) {
+            return new(Health::Progressing, format!("{path} is {w}"));
+        }
+    }
+    if ready_flag == Some(false) {
+        return new(Health::Progressing, "status.ready is false".to_string());
+    }
+    let counted = counters(obj, status);
+    if let Some((message, false)) = &counted {
+        return new(Health::Progressing, message.clone());
+    }
+    // 6. Healthy, said so.
+    for c in &conds {
+        if positive(text(c, "type")) {
+            return new(Health::Healthy, say(c));
+        }
+    }
+    for (path, w) in &words {
+        if word(w) == Some(Word::Fine) {
+            return new(Health::Healthy, format!("{path} is {w}"));
+        }
+    }
+    if let Some((message, true)) = counted {
+        return new(Health::Healthy, message);
+    }
+    if healthy_flag == Some(true) || ready_flag == Some(true) {
+        return new(Health::Healthy, "status says ready".to_string());
+    }
+    // 7. No status yet.
+    if !has_status && status_kinds.contains(obj.group(), obj.kind()) {
+        return new(
+            Health::Progressing,
+            "waiting for the controller to report a status".to_string(),
+        );
+    }
+    // 8. Nothing to go by.
+    new(Health::Healthy, String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn assess_status(status: Value) -> Assessment {
+        let obj = Object::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "generation": 1},
+            "status": status,
+        }))
+        .unwrap();
+        assess(&obj, &StatusKinds::none())
+    }
+
+    /// A status that reads as healthy on its own: any mix of all-is-well conditions True, a
+    /// healthy phase, counters caught up.
+    fn healthy_status() -> impl Strategy<Value = Map<String, Value>> {
+        (
+            proptest::sample::subsequence(POSITIVE.to_vec(), 0..4),
+            proptest::option::of(proptest::sample::select(vec![
+                "Running",
+                "Ready",
+                "Succeeded",
+                "green",
+                "Deployed",
+                "Bound",
+            ])),
+            proptest::option::of(1i64..5),
+        )
+            .prop_map(|(types, phase, replicas)| {
+                let mut m = Map::new();
+                let conds: Vec<Value> = types
+                    .iter()
+                    .map(|t| json!({"type": t, "status": "True", "reason": "AsExpected"}))
+                    .collect();
+                m.insert("conditions".into(), Value::Array(conds));
+                if let Some(p) = phase {
+                    m.insert("phase".into(), json!(p));
+                }
+                if let Some(r) = replicas {
+                    m.insert("replicas".into(), json!(r));
+                    m.insert("readyReplicas".into(), json!(r));
+                }
+                m
+            })
+    }
+
+    /// One way a status says it failed, as the module's rule 2 lists them.
+    fn failure() -> impl Strategy<Value = (String, Value)> {
+        prop_oneof![
+            proptest::sample::select(vec![
+                "Stalled",
+                "Failed",
+                "Degraded",
+                "ErrorOccurred",
+                "FetchFailed",
+                "PodsUnhealthy"
+            ])
+            .prop_map(|t| (
+                "condition".to_string(),
+                json!({"type": t, "status": "True"})
+            )),
+            (
+                proptest::sample::select(vec!["Ready", "Synced", "Available", "Whatever"]),
+                proptest::sample::select(vec![
+                    "ReconcileError",
+                    "IssuerNotFound",
+                    "ProgressDeadlineExceeded",
+                    "AccessDenied",
+                    "CrashLoopBackOff",
+                    "NotAllowedByListeners",
+                ]),
+            )
+                .prop_map(|(t, r)| (
+                    "condition".to_string(),
+                    json!({"type": t, "status": "False", "reason": r})
+                )),
+            proptest::sample::select(vec!["phase", "state", "health", "clusterStatus"])
+                .prop_flat_map(|f| proptest::sample::select(vec![
+                    "Failed",
+                    "ERROR",
+                    "Degraded",
+                    "red",
+                    "CreateFailed",
+                    "Unhealthy",
+                ])
+                .prop_map(move |v| (f.to_string(), json!(v)))),
+            proptest::sample::select(vec!["failureMessage", "errorMessage", "errMsg"])
+                .prop_map(|f| (f.to_string(), json!("it broke"))),
+            Just(("healthy".to_string(), json!(false))),
+            Just((
+                "componentStatus".to_string(),
+                json!({"db": {"state": "Failed"}})
+            )),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// A rule never says Healthy for an object whose own status says it failed, whatever
+        /// else the status says: every failure of rule 2 gives Degraded.
+        #[test]
+        fn a_failure_in_the_status_is_degraded_whatever_else_it_says(
+            mut status in healthy_status(),
+            (field, value) in failure(),
+        ) {
+            if field == "condition" {
+                status
+                    .get_mut("conditions")
+                    .and_then(Value::as_array_mut)
+                    .unwrap()
+                    .push(value);
+            } else {
+                status.insert(field, value);
+            }
+            let a = assess_status(Value::Object(status.clone()));
+            prop_assert_eq!(a.health, Health::Degraded, "{:?}: {}", status, a.message);
+        }
+
+        /// Without a failure, the same statuses are Healthy: the property above is not met by
+        /// calling everything Degraded.
+        #[test]
+        fn the_same_statuses_without_the_failure_are_healthy(status in healthy_status()) {
+            let a = assess_status(Value::Object(status.clone()));
+            prop_assert_eq!(a.health, Health::Healthy, "{:?}: {}", status, a.message);
+        }
+    }
+
+    #[test]
+    fn vocabularies_read_phases_as_documented() {
+        for (v, w) in [
+            ("Failed", Word::Failed),
+            ("UpdateFailed", Word::Failed),
+            ("ERROR, the secret is missing", Word::Failed),
+            ("red", Word::Failed),
+            ("Hibernated", Word::Suspended),
+            ("Unknown", Word::Unknown),
+            ("Running", Word::Fine),
+            ("green", Word::Fine),
+            ("Provisioning", Word::InProgress),
+            ("ApplyingChanges", Word::InProgress),
+            ("PENDING_RERUN", Word::InProgress),
+            ("Waiting for pods to be ready", Word::InProgress),
+            ("ClusterRollingUpgrading", Word::InProgress),
+        ] {
+            assert_eq!(word(v), Some(w), "{v}");
+        }
+        assert_eq!(word("Statefulset not controlled by operator"), None);
+        assert_eq!(word(""), None);
+    }
+}

@@ -1,0 +1,2 @@
+-- Never returns: stopped by the time limit.
+while true do end
