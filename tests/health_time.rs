@@ -585,7 +585,7 @@ fn the_health_command_applies_the_configs_cel_rules() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         stdout(&out),
-        "Widget.example.com d/up: Healthy: custom rule: status.phase == 'Running'\nWidget.example.com d/broken: Degraded: custom rule: has(status.error)\nWidget.example.com d/starting: Progressing: Ready is False: warming up\n"
+        "Widget.example.com d/up: Healthy: custom rule: status.phase == 'Running'\nWidget.example.com d/broken: Degraded: custom rule: has(status.error)\nWidget.example.com d/starting: Progressing: Ready=False: warming up\n"
     );
     let json_out = env.run(&["health", "-f", f.to_str().unwrap(), "-o", "json"]);
     let v: Value = serde_json::from_slice(&json_out.stdout).unwrap();

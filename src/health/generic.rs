@@ -7,8 +7,11 @@
 //! `ReconcileError`, `readyReplicas` behind `replicas`. These rules read those too, in this
 //! order; the first that speaks decides:
 //!
-//! 1. **Suspended**: `spec.suspend` or `spec.paused` is true, a `Paused` or `Suspended` condition
-//!    is True, or a phase or state (below) is `Paused`, `Suspended`, `Hibernated` or `Stopped`.
+//! 1. **Suspended**: `spec.suspend` or `spec.paused` is true; a rollout held on purpose
+//!    (`spec.updateStrategy.paused` or `spec.updateStrategy.rollingUpdate.paused` true, or a
+//!    `partition` above 0 there while fewer replicas are updated than desired, the StatefulSet
+//!    convention); a `Paused` or `Suspended` condition is True; or a phase or state (below) is
+//!    `Paused`, `Suspended`, `Hibernated` or `Stopped`.
 //! 2. **Degraded**, when the object's own status says it failed:
 //!    - a condition whose type names a failure is True: `Stalled`, `Failed`, `Failure`,
 //!      `Degraded`, `Error`, `Invalid`, `NotReady`, a type starting with `Error`
@@ -18,7 +21,8 @@
 //!      `backoff`, `exceeded`, `rejected`, `unreachable`, `terminal`, `stalled`, `crash`, and the
 //!      Gateway API's `notallowed`, `nomatching`, `unsupported`, `notpermitted`, in its reason,
 //!      case-insensitive: `Ready=False` with `IssuerNotFound`, `Progressing=False` with
-//!      `ProgressDeadlineExceeded`), or with `severity: Error` (Cluster API);
+//!      `ProgressDeadlineExceeded`), or a message that starts with `Error` or `Failed`, or
+//!      with `severity: Error` (Cluster API); a condition status may be a YAML boolean;
 //!    - a phase, state or health field names a failure: `Failed`, `Error`, `Degraded`,
 //!      `Unhealthy`, `Invalid`, `Rejected`, `Canceled`, `Aborted`, `NonCompliant`, `red`,
 //!      `CrashLoopBackOff`, or any value containing `fail` or `error`. These fields are
@@ -491,9 +495,30 @@ fn text<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
     c.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
+/// A condition's status: `True`, `False` or `Unknown` (a YAML boolean, which some controllers
+/// and hand-written objects give, read as its text).
+fn cond_status(c: &Map<String, Value>) -> &str {
+    match c.get("status") {
+        Some(Value::String(s)) => s,
+        Some(Value::Bool(true)) => "True",
+        Some(Value::Bool(false)) => "False",
+        _ => "",
+    }
+}
+
+/// Whether a condition says it failed: its reason names a failure ([`terminal_reason`]), or its
+/// message starts with `Error` or `Failed` (`Error: checksum mismatch`), or it has Cluster
+/// API's `severity: Error`.
+fn says_failed(c: &Map<String, Value>) -> bool {
+    let message = text(c, "message").trim_start().to_ascii_lowercase();
+    terminal_reason(text(c, "reason"))
+        || text(c, "severity") == "Error"
+        || ["error", "fail"].iter().any(|w| message.starts_with(w))
+}
+
 /// `type=status: reason: message`, for a message.
 fn say(c: &Map<String, Value>) -> String {
-    let mut s = format!("{}={}", text(c, "type"), text(c, "status"));
+    let mut s = format!("{}={}", text(c, "type"), cond_status(c));
     for k in ["reason", "message"] {
         let v = text(c, k);
         if !v.is_empty() {
@@ -581,6 +606,41 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
             return new(Health::Suspended, format!("spec.{flag} is true"));
         }
     }
+    // A rollout held on purpose: `spec.updateStrategy.paused` (or its `rollingUpdate.paused`),
+    // or a partition (`partition`, Kubernetes' StatefulSet convention) while replicas are
+    // still to be updated.
+    let strategy = obj.get("spec").and_then(|s| s.get("updateStrategy"));
+    for at in ["", "rollingUpdate"] {
+        let part = if at.is_empty() {
+            strategy
+        } else {
+            strategy.and_then(|s| s.get(at))
+        };
+        let Some(part) = part else { continue };
+        let prefix = if at.is_empty() {
+            "spec.updateStrategy".to_string()
+        } else {
+            format!("spec.updateStrategy.{at}")
+        };
+        if part.get("paused").and_then(Value::as_bool) == Some(true) {
+            return new(Health::Suspended, format!("{prefix}.paused is true"));
+        }
+        if let Some(p) = int(part.get("partition"))
+            && p > 0
+        {
+            let status = obj.get("status");
+            let updated = int(status.and_then(|s| s.get("updatedReplicas"))).unwrap_or(0);
+            let desired = int(obj.get("spec").and_then(|s| s.get("replicas")))
+                .or_else(|| int(status.and_then(|s| s.get("replicas"))))
+                .unwrap_or(0);
+            if updated < desired {
+                return new(
+                    Health::Suspended,
+                    format!("{prefix}.partition is {p}: {updated} of {desired} replicas updated"),
+                );
+            }
+        }
+    }
     let conds = conditions(obj);
     let empty = Value::Object(Map::new());
     let status = obj.get("status").filter(|s| s.is_object());
@@ -588,7 +648,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     let status = status.unwrap_or(&empty);
     let words = words(status);
     for c in &conds {
-        if matches!(text(c, "type"), "Paused" | "Suspended") && text(c, "status") == "True" {
+        if matches!(text(c, "type"), "Paused" | "Suspended") && cond_status(c) == "True" {
             return new(Health::Suspended, say(c));
         }
     }
@@ -599,17 +659,14 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // 2. Degraded.
     for c in &conds {
-        let (t, s) = (text(c, "type"), text(c, "status"));
+        let (t, s) = (text(c, "type"), cond_status(c));
         if negative(t) && s == "True" {
             return new(Health::Degraded, say(c));
         }
         // A condition that is not itself about a failure, False with a terminal reason (any
         // type: `ResourcesApplied=False` with `RemoteClusterClientFailed`), or False with
         // `severity: Error` (Cluster API's condition convention).
-        if !negative(t)
-            && s == "False"
-            && (terminal_reason(text(c, "reason")) || text(c, "severity") == "Error")
-        {
+        if !negative(t) && s == "False" && says_failed(c) {
             return new(Health::Degraded, say(c));
         }
     }
@@ -624,7 +681,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     // A finished run that says it failed (`Complete=True` with `JobFailed`).
     for c in &conds {
         if matches!(text(c, "type"), "Complete" | "Completed" | "Succeeded")
-            && text(c, "status") == "True"
+            && cond_status(c) == "True"
             && terminal_reason(text(c, "reason"))
         {
             return new(Health::Degraded, say(c));
@@ -682,7 +739,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // 5. On its way.
     for c in &conds {
-        let (t, s) = (text(c, "type"), text(c, "status"));
+        let (t, s) = (text(c, "type"), cond_status(c));
         if (t == "Reconciling" && s == "True") || (positive(t) && s != "True") {
             return new(Health::Progressing, say(c));
         }

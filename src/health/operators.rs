@@ -143,8 +143,66 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             "ClusterPolicy" | "Policy" => kyverno_policy(obj),
             _ => return None,
         },
+        "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
         _ => return None,
     })
+}
+
+/// Gloo Edge's kinds (`gloo.solo.io`, `gateway.solo.io`: Upstream, Proxy, Settings,
+/// VirtualService, RouteTable, Gateway, ...): solo-kit's `core.Status`, one per reporting
+/// namespace in `status.statuses.<namespace>` (Gloo 1.8 and later) or a single `status` before,
+/// with `state` `Pending` (0), `Accepted` (1), `Rejected` (2) or `Warning` (3), as text or as
+/// the enum's number (solo-io/solo-kit `api/v1/status.proto`). Rejected is Degraded; Warning
+/// is Degraded too: the resource was accepted with problems Gloo reports as not working as
+/// written (a route to a missing upstream); Pending and no status yet are Progressing.
+fn solo_kit(obj: &Object) -> Assessment {
+    let Some(st) = status(obj) else {
+        return waiting("Gloo");
+    };
+    let mut reports: Vec<(String, &Map<String, Value>)> = Vec::new();
+    if let Some(per_ns) = st.get("statuses").and_then(Value::as_object) {
+        for (ns, v) in per_ns {
+            if let Some(m) = v.as_object() {
+                reports.push((format!("reported by {ns}: "), m));
+            }
+        }
+    } else if st.contains_key("state") {
+        reports.push((String::new(), st));
+    }
+    if reports.is_empty() {
+        return waiting("Gloo");
+    }
+    let state = |m: &Map<String, Value>| match m.get("state") {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => match number(v) {
+            Some(0) => "Pending".into(),
+            Some(1) => "Accepted".into(),
+            Some(2) => "Rejected".into(),
+            Some(3) => "Warning".into(),
+            _ => v.to_string(),
+        },
+        None => String::new(),
+    };
+    let reason = |m: &Map<String, Value>| {
+        m.get("reason")
+            .and_then(Value::as_str)
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    };
+    let mut worst = verdict(Health::Healthy, "accepted");
+    for (who, m) in &reports {
+        let s = state(m);
+        let a = match s.as_str() {
+            "Rejected" | "Warning" => verdict(Health::Degraded, format!("{who}{s}{}", reason(m))),
+            "Pending" => verdict(Health::Progressing, format!("{who}Pending{}", reason(m))),
+            "Accepted" => continue,
+            other => verdict(Health::Unknown, format!("{who}unknown state {other}")),
+        };
+        if a.health > worst.health {
+            worst = a;
+        }
+    }
+    worst
 }
 
 // ---------------------------------------------------------------------------------------------
