@@ -264,8 +264,12 @@ fn main() {
     let (mut own, mut specific, mut generic, mut lua) = Default::default();
     let (own, specific, generic, lua): (&mut Tally, &mut Tally, &mut Tally, &mut Tally) =
         (&mut own, &mut specific, &mut generic, &mut lua);
-    let (mut crd_own, mut crd_specific, mut crd_generic) =
-        (Tally::default(), Tally::default(), Tally::default());
+    let (mut crd_own, mut crd_specific, mut crd_generic, mut lifecycle) = (
+        Tally::default(),
+        Tally::default(),
+        Tally::default(),
+        Tally::default(),
+    );
     let mut by_rule: BTreeMap<String, usize> = BTreeMap::new();
     let mut kinds = 0;
     let mut renamed = 0;
@@ -302,12 +306,14 @@ fn main() {
             };
             match in_cluster.as_ref().map(|v| v.rule.as_str()) {
                 Ok("generic") => crd_generic.add(&case.health_status, &in_cluster),
+                Ok("lifecycle") => {}
                 Ok(_) => crd_specific.add(&case.health_status, &in_cluster),
                 Err(_) => {}
             }
             crd_own.add(&case.health_status, &in_cluster);
             match mine.as_ref().map(|v| v.rule.as_str()) {
                 Ok("generic") => generic.add(&case.health_status, &mine),
+                Ok("lifecycle") => lifecycle.add(&case.health_status, &mine),
                 Ok(_) => specific.add(&case.health_status, &mine),
                 Err(_) => errors += 1,
             }
@@ -343,6 +349,10 @@ fn main() {
     println!("{}", own.row("driftless's own rules"));
     println!("{}", specific.row("  decided by a kind-specific rule"));
     println!("{}", generic.row("  decided by the generic rules"));
+    println!(
+        "{}",
+        lifecycle.row("  being deleted (Progressing before any rule, as in Argo CD's controller)")
+    );
     println!(
         "{}",
         crd_own.row("own rules, each custom kind's CRD in view (status subresource)")
