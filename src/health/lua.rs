@@ -55,6 +55,18 @@ pub const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 /// The file name of a health check in a [`LuaDir`], as in Argo CD's `resource_customizations`.
 pub const SCRIPT_FILE: &str = "health.lua";
 
+/// The largest script file read: 1 MiB (Argo CD's longest is under 10 KiB).
+pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
+
+/// The longest string `string.find`, `match`, `gmatch` and `gsub` match a pattern against: 8 KiB.
+/// Lua's pattern matcher is C, which the time limit cannot stop, and it backtracks: the trim
+/// idiom `s:match("^%s*(.-)%s*$")` takes time quadratic in the length (13 s on a 50 KB status
+/// message, 0.3 s on 8 KiB). A plain find (`string.find(s, p, init, true)`) has no limit.
+pub const MAX_MATCH_SUBJECT: usize = 8 * 1024;
+
+/// The longest message a check's verdict keeps: 4 KiB (a longer one is cut, marked `...`).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+
 /// How many Lua instructions run between two looks at the clock.
 const CLOCK_EVERY: u32 = 1000;
 
@@ -74,7 +86,7 @@ const CHUNK_NAME_MAX: usize = 59;
 /// handler cannot tell the difference; its result and an error in it give what Lua 5.1 gives
 /// (`false` and the handler's first result, or `false, "error in error handling"`).
 const PRELUDE: &str = r#"
-local guard, raw_pcall, tostring, error = ...
+local guard, raw_pcall, tostring, error, max_subject = ...
 -- Lua 5.1's functions that 5.2 dropped or moved, as gopher-lua has them.
 unpack = unpack or table.unpack
 table.getn = table.getn or function(t) return #t end
@@ -89,6 +101,25 @@ math.mod = math.mod or math.fmod
 math.pow = math.pow or function(x, y) return x ^ y end
 math.log10 = math.log10 or function(x) return math.log(x, 10) end
 string.gfind = string.gfind or string.gmatch
+-- No finalizers: Lua 5.2 runs `__gc` with hooks off, out of the time limit's reach (gopher-lua,
+-- as Lua 5.1, never runs `__gc` of a table).
+local raw_setmetatable, rawget, type = setmetatable, rawget, type
+function setmetatable(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    error("__gc is not allowed in a health check", 2)
+  end
+  return raw_setmetatable(t, mt)
+end
+-- Pattern matching is C the time limit cannot stop: the subject's length is capped.
+for _, name in ipairs({"find", "match", "gmatch", "gsub"}) do
+  local f = string[name]
+  string[name] = function(s, p, a, plain)
+    if type(s) == "string" and #s > max_subject and not (name == "find" and plain) then
+      error("string." .. name .. " on " .. #s .. " bytes: a health check may match patterns on at most " .. max_subject .. " bytes", 2)
+    end
+    return f(s, p, a, plain)
+  end
+end
 local modules = { os = os, string = string, table = table, math = math }
 local function pass(ok, ...)
   if not ok then guard() end
@@ -123,13 +154,12 @@ end
 #[derive(Debug, thiserror::Error)]
 pub enum LuaError {
     /// A file or folder could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {cause}", path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (in the message, not a separate source: it would be said twice).
+        cause: std::io::Error,
     },
     /// A script does not compile: `<origin>:<line>: <message>`, as Lua words it
     /// (`'=' expected near 'status'`).
@@ -256,10 +286,23 @@ impl LuaCheck {
     /// [`LuaError::Io`] when the file cannot be read or is not UTF-8; [`LuaError::Syntax`] or
     /// [`LuaError::Compile`] as [`LuaCheck::new`].
     pub fn from_file(path: &Path) -> Result<LuaCheck, LuaError> {
-        let source = std::fs::read_to_string(path).map_err(|source| LuaError::Io {
+        let io = |cause| LuaError::Io {
             path: path.to_path_buf(),
-            source,
-        })?;
+            cause,
+        };
+        // Only a regular file of a script's size: a device (`/dev/zero`) or a FIFO would be
+        // read without end.
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() {
+            return Err(io(std::io::Error::other("not a regular file")));
+        }
+        if meta.len() > MAX_SCRIPT_BYTES {
+            return Err(io(std::io::Error::other(format!(
+                "{} bytes: a health check may be at most {MAX_SCRIPT_BYTES} bytes",
+                meta.len()
+            ))));
+        }
+        let source = std::fs::read_to_string(path).map_err(io)?;
         LuaCheck::new(path.display().to_string(), source)
     }
 
@@ -416,7 +459,29 @@ fn verdict(lua: &Lua, table: &Table) -> mlua::Result<Option<Assessment>> {
             .unwrap_or_default(),
         _ => String::new(),
     };
-    Ok(Some(Assessment { health, message }))
+    Ok(Some(Assessment {
+        health,
+        message: cut(message),
+    }))
+}
+
+/// A message cut to [`MAX_MESSAGE_BYTES`] (at a character boundary, marked `...`), with control
+/// characters (a terminal's escape sequences, line breaks that would forge lines of `driftless
+/// health`'s output) shown as spaces.
+fn cut(message: String) -> String {
+    let mut m: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if m.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !m.is_char_boundary(end) {
+            end -= 1;
+        }
+        m.truncate(end);
+        m.push_str("...");
+    }
+    m
 }
 
 /// Leaves a fresh state with only what a health check may use (see the module's doc).
@@ -471,6 +536,7 @@ fn sandbox(lua: &Lua, deadline: Instant, expired: Rc<Cell<bool>>) -> mlua::Resul
             globals.raw_get::<mlua::Function>("pcall")?,
             globals.raw_get::<mlua::Function>("tostring")?,
             globals.raw_get::<mlua::Function>("error")?,
+            MAX_MATCH_SUBJECT,
         ))
 }
 
@@ -593,19 +659,20 @@ impl LuaDir {
     ///
     /// # Errors
     ///
-    /// [`LuaError::Io`] when a folder or script cannot be read; [`LuaError::Syntax`] naming the
+    /// [`LuaError::Io`] when a folder or script cannot be read, or a `health.lua` is not a
+    /// regular file (a FIFO, a link to a device); [`LuaError::Syntax`] naming the
     /// file and line of the first script (in path order) that does not compile;
     /// [`LuaError::Name`] for a folder name that is not UTF-8.
     pub fn load(root: &Path) -> Result<LuaDir, LuaError> {
         let mut dir = LuaDir::default();
         for (first, first_path) in subfolders(root)? {
             let script = first_path.join(SCRIPT_FILE);
-            if script.is_file() {
+            if script.exists() {
                 dir.add("", &first, &script)?;
             }
             for (second, second_path) in subfolders(&first_path)? {
                 let script = second_path.join(SCRIPT_FILE);
-                if script.is_file() {
+                if script.exists() {
                     dir.add(&first, &second, &script)?;
                 }
             }
@@ -658,9 +725,9 @@ impl LuaDir {
 
 /// The subfolders of `dir` (names not starting with `.`), sorted by name.
 fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, LuaError> {
-    let io = |source| LuaError::Io {
+    let io = |cause| LuaError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause,
     };
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -1325,5 +1392,72 @@ mod tests {
                 s.spawn(|| assert_eq!(w.assess(&obj), verdict(Health::Healthy, "ok")));
             }
         });
+    }
+
+    #[test]
+    fn finalizers_are_refused_so_nothing_runs_out_of_the_time_limits_reach() {
+        let started = Instant::now();
+        let a = check(
+            "setmetatable({}, {__gc = function() while true do end end})\nreturn {status = \"Healthy\"}",
+        )
+        .assess(&plain())
+        .unwrap();
+        assert_eq!(a.health, Health::Unknown, "{}", a.message);
+        assert!(a.message.contains("__gc is not allowed"), "{}", a.message);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // A metatable without `__gc` is fine.
+        let ok = check(
+            "local t = setmetatable({}, {__index = function() return \"Healthy\" end})\nreturn {status = t.anything}",
+        )
+        .assess(&plain())
+        .unwrap();
+        assert_eq!(ok.health, Health::Healthy);
+    }
+
+    #[test]
+    fn patterns_match_only_strings_short_enough_to_finish_in_time() {
+        let mut long = plain();
+        let mut v = serde_json::to_value(&long).unwrap();
+        v["status"] = serde_json::json!({"message": format!("a{}x ", " ".repeat(300_000))});
+        long = Object::from_value(v).unwrap();
+        let started = Instant::now();
+        let a = check(
+            "local m = obj.status.message:match(\"^%s*(.-)%s*$\")\nreturn {status = \"Healthy\", message = m}",
+        )
+        .assess(&long)
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(a.health, Health::Unknown);
+        assert!(a.message.contains("at most 8192 bytes"), "{}", a.message);
+        // A plain find has no limit; a short subject matches as usual.
+        let ok = check(
+            "assert(string.find(obj.status.message, \"x \", 1, true))\nreturn {status = \"Healthy\", message = (\"  ok  \"):match(\"^%s*(.-)%s*$\")}",
+        )
+        .assess(&long)
+        .unwrap();
+        assert_eq!((ok.health, ok.message.as_str()), (Health::Healthy, "ok"));
+    }
+
+    #[test]
+    fn messages_are_cut_and_lose_control_characters() {
+        let a = check("return {status = \"Degraded\", message = \"\\27[31mred\\nforged line\" .. string.rep(\"x\", 10000)}")
+            .assess(&plain())
+            .unwrap();
+        assert!(
+            a.message.starts_with(" [31mred forged line"),
+            "{}",
+            &a.message[..40]
+        );
+        assert!(a.message.len() <= MAX_MESSAGE_BYTES + 3 && a.message.ends_with("..."));
+    }
+
+    #[test]
+    fn a_device_or_a_fifo_is_not_read_as_a_script() {
+        let e = LuaCheck::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 }

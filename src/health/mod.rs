@@ -787,6 +787,13 @@ impl CustomRules {
         self
     }
 
+    /// Whether any rule is a Lua check (which may run up to [`lua::TIME_LIMIT`] per object:
+    /// callers on an async runtime run such assessments where blocking is allowed).
+    pub fn has_lua(&self) -> bool {
+        self.dir.as_ref().is_some_and(|d| !d.is_empty())
+            || self.rules.iter().any(|r| matches!(r.check, Check::Lua(_)))
+    }
+
     /// The custom verdict for `obj` and the rule that gave it, or `None` when no rule applies
     /// or none gives a verdict. A CEL expression that fails to evaluate or gives a non-boolean
     /// is `Unknown`, naming the expression; a Lua check that fails is `Unknown` with why.

@@ -1415,7 +1415,7 @@ impl App {
                     &step.key,
                     version_of(&step.key, live),
                     sync_status,
-                    health::assess(live, &self.health_rules, &status_kinds),
+                    super::assess_health(live, &self.health_rules, &status_kinds),
                     message,
                 ),
             );
@@ -1429,7 +1429,7 @@ impl App {
                     key,
                     version_of(key, live),
                     SyncStatus::OutOfSync,
-                    health::assess(live, &self.health_rules, &status_kinds),
+                    super::assess_health(live, &self.health_rules, &status_kinds),
                     Some(why.clone()),
                 ),
             );

@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use crate::diff::Summary;
 use crate::object::ObjectKey;
-use crate::{store, sync};
+use crate::{health, store, sync};
 
 /// Errors that stop an agent from starting (once running, errors become conditions).
 #[derive(Debug, thiserror::Error)]
@@ -163,3 +163,20 @@ pub struct Report {
 }
 
 pub use crate::store::error_chain;
+
+/// [`health::assess`]; with Lua checks among the rules (each may run for up to a second), on a
+/// multi-threaded runtime it runs through `block_in_place`, so the runtime moves this worker's
+/// other tasks (drift reverts of other apps, the server) to another thread meanwhile.
+pub(crate) fn assess_health(
+    live: Option<&crate::object::Object>,
+    rules: &health::CustomRules,
+    kinds: &health::StatusKinds,
+) -> health::Assessment {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if rules.has_lua() && multi_thread {
+        tokio::task::block_in_place(|| health::assess(live, rules, kinds))
+    } else {
+        health::assess(live, rules, kinds)
+    }
+}

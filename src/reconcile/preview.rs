@@ -758,7 +758,7 @@ impl Previews {
                 key,
                 version,
                 sync,
-                health::assess(live, &self.health_rules, &status_kinds),
+                super::assess_health(live, &self.health_rules, &status_kinds),
                 message,
             ));
         }
@@ -767,7 +767,7 @@ impl Previews {
                 key,
                 obj.version().to_string(),
                 SyncStatus::OutOfSync,
-                health::assess(existing.get(key), &self.health_rules, &status_kinds),
+                super::assess_health(existing.get(key), &self.health_rules, &status_kinds),
                 Some("already in the store and not created by this preview: left alone".into()),
             ));
         }
