@@ -319,3 +319,37 @@ fn a_lua_check_that_does_not_compile_or_clashes_with_cel_is_a_config_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_message_with_line_breaks_stays_on_one_line_of_the_table() {
+    use std::io::Write;
+    let dir = tempdir();
+    std::fs::write(
+        dir.join("two-lines.lua"),
+        "return {status = \"Degraded\", message = \"first\\nfake: Healthy\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("driftless.yaml"),
+        "health:\n- {group: example.com, kind: Widget, lua: two-lines.lua}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driftless"))
+        .args(["--config", "driftless.yaml", "health", "-f", "-"])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Widget.example.com w: Degraded: first\\nfake: Healthy\n"
+    );
+}

@@ -368,7 +368,13 @@ pub(super) fn health_cmd(cfg: Loaded, file: &Path, output: StatusFormat) -> anyh
                 if a.message.is_empty() {
                     outln!("{}: {}", o.key(), a.health);
                 } else {
-                    outln!("{}: {}: {}", o.key(), a.health, a.message);
+                    // One line per object: a message's line breaks are shown as `\n`.
+                    outln!(
+                        "{}: {}: {}",
+                        o.key(),
+                        a.health,
+                        a.message.replace('\r', "\\r").replace('\n', "\\n")
+                    );
                 }
             }
         }

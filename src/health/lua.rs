@@ -466,12 +466,19 @@ fn verdict(lua: &Lua, table: &Table) -> mlua::Result<Option<Assessment>> {
 }
 
 /// A message cut to [`MAX_MESSAGE_BYTES`] (at a character boundary, marked `...`), with control
-/// characters (a terminal's escape sequences, line breaks that would forge lines of `driftless
-/// health`'s output) shown as spaces.
+/// characters other than line breaks and tabs (a terminal's escape sequences) shown as spaces.
+/// Line breaks stay, as Argo CD's scripts write them; `driftless health`'s table output shows
+/// them as `\n`.
 fn cut(message: String) -> String {
     let mut m: String = message
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
     if m.len() > MAX_MESSAGE_BYTES {
         let mut end = MAX_MESSAGE_BYTES;
@@ -1448,7 +1455,7 @@ mod tests {
             .assess(&plain())
             .unwrap();
         assert!(
-            a.message.starts_with(" [31mred forged line"),
+            a.message.starts_with(" [31mred\nforged line"),
             "{}",
             &a.message[..40]
         );
