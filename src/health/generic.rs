@@ -52,6 +52,8 @@
 //!      `Scheduled`, `Queued`, `New`, `yellow`, `NotReady`, or whose first word ends in `ing`
 //!      and is not `Running`: `Provisioning`, `ApplyingChanges`, `Waiting for pods`);
 //!    - `status.ready` is false;
+//!    - DaemonSet-style counters behind (`numberReady` or `updatedNumberScheduled` below
+//!      `desiredNumberScheduled`, or `numberUnavailable` above 0);
 //!    - replica counters behind the desired count (`readyReplicas`, `availableReplicas`,
 //!      `updatedReplicas` below `spec.replicas`, or `status.replicas` when the spec has none; a
 //!      counter left out is zero, as Kubernetes leaves zero counters out).
@@ -570,6 +572,24 @@ fn int(v: Option<&Value>) -> Option<i64> {
 /// is behind the desired count, `Some` with equal numbers when they caught up, `None` when the
 /// status has no counters.
 fn counters(obj: &Object, status: &Value) -> Option<(String, bool)> {
+    // DaemonSet's convention (`numberReady` of `desiredNumberScheduled`), kept by DaemonSet-like
+    // kinds of other groups.
+    if let (Some(ready), Some(desired)) = (
+        int(status.get("numberReady")),
+        int(status.get("desiredNumberScheduled")),
+    ) {
+        let updated = int(status.get("updatedNumberScheduled")).unwrap_or(desired);
+        let unavailable = int(status.get("numberUnavailable")).unwrap_or(0);
+        if ready < desired || updated < desired || unavailable > 0 {
+            return Some((
+                format!(
+                    "{ready} of {desired} scheduled pods ready ({updated} updated, {unavailable} unavailable)"
+                ),
+                false,
+            ));
+        }
+        return Some((format!("{desired} scheduled pods ready"), true));
+    }
     let names = ["readyReplicas", "availableReplicas", "updatedReplicas"];
     let present: Vec<(&str, i64)> = names
         .iter()
