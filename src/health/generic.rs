@@ -82,7 +82,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::{Assessment, Health};
+use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
 /// The kinds known to have a status subresource, by API group and kind: read from
@@ -262,15 +262,6 @@ fn error_fields(status: &Value) -> Vec<(&str, String)> {
 /// read: an old failure there is over. Only failures are read this deep: a nested `Running`
 /// says nothing of the whole.
 fn nested_failure(status: &Value) -> Option<(String, String)> {
-    fn state_named(k: &str) -> bool {
-        let l = k.to_ascii_lowercase();
-        matches!(
-            l.as_str(),
-            "state" | "status" | "phase" | "health" | "compliant"
-        ) || (["state", "status", "phase"].iter().any(|e| l.ends_with(e))
-            && !l.starts_with("desired")
-            && !l.starts_with("expected"))
-    }
     fn scan(v: &Value, path: &str, depth: usize) -> Option<(String, String)> {
         match v {
             Value::Object(m) => {
@@ -474,12 +465,7 @@ fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
     let Some(status) = obj.get("status") else {
         return Vec::new();
     };
-    fn list(v: Option<&Value>) -> Vec<&Map<String, Value>> {
-        v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_object).collect())
-            .unwrap_or_default()
-    }
-    let mut out = list(status.get("conditions"));
+    let mut out = conditions_in(status.get("conditions"));
     for nested in ["parents", "listeners", "ancestors", "ingress"] {
         for entry in status
             .get(nested)
@@ -487,14 +473,10 @@ fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
             .into_iter()
             .flatten()
         {
-            out.extend(list(entry.get("conditions")));
+            out.extend(conditions_in(entry.get("conditions")));
         }
     }
     out
-}
-
-fn text<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
-    c.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
 /// A condition's status: `True`, `False` or `Unknown` (a YAML boolean, which some controllers
@@ -512,17 +494,17 @@ fn cond_status(c: &Map<String, Value>) -> &str {
 /// message starts with `Error` or `Failed` (`Error: checksum mismatch`), or it has Cluster
 /// API's `severity: Error`.
 fn says_failed(c: &Map<String, Value>) -> bool {
-    let message = text(c, "message").trim_start().to_ascii_lowercase();
-    terminal_reason(text(c, "reason"))
-        || text(c, "severity") == "Error"
+    let message = cstr(c, "message").trim_start().to_ascii_lowercase();
+    terminal_reason(cstr(c, "reason"))
+        || cstr(c, "severity") == "Error"
         || ["error", "fail"].iter().any(|w| message.starts_with(w))
 }
 
 /// `type=status: reason: message`, for a message.
 fn say(c: &Map<String, Value>) -> String {
-    let mut s = format!("{}={}", text(c, "type"), cond_status(c));
+    let mut s = format!("{}={}", cstr(c, "type"), cond_status(c));
     for k in ["reason", "message"] {
-        let v = text(c, k);
+        let v = cstr(c, k);
         if !v.is_empty() {
             s.push_str(": ");
             s.push_str(v);
@@ -542,18 +524,24 @@ fn words(status: &Value) -> Vec<(String, &str)> {
     }
     for (k, v) in status.as_object().into_iter().flatten() {
         let Some(s) = v.as_str() else { continue };
-        let l = k.to_ascii_lowercase();
-        let named = matches!(
-            l.as_str(),
-            "phase" | "state" | "health" | "status" | "compliant"
-        ) || (["phase", "state", "status"].iter().any(|e| l.ends_with(e))
-            && !l.starts_with("desired")
-            && !l.starts_with("expected"));
-        if named {
+        if state_named(k) {
             out.push((format!("status.{k}"), s));
         }
     }
     out
+}
+
+/// Whether a status field is named as a state: `phase`, `state`, `health`, `status`,
+/// `compliant`, or a name ending in `Phase`, `State` or `Status` that is not `desired…` or
+/// `expected…` (case ignored).
+fn state_named(k: &str) -> bool {
+    let l = k.to_ascii_lowercase();
+    matches!(
+        l.as_str(),
+        "phase" | "state" | "health" | "status" | "compliant"
+    ) || (["phase", "state", "status"].iter().any(|e| l.ends_with(e))
+        && !l.starts_with("desired")
+        && !l.starts_with("expected"))
 }
 
 /// `status.healthy` and `status.ready` when booleans.
@@ -668,7 +656,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     let status = status.unwrap_or(&empty);
     let words = words(status);
     for c in &conds {
-        if matches!(text(c, "type"), "Paused" | "Suspended") && cond_status(c) == "True" {
+        if matches!(cstr(c, "type"), "Paused" | "Suspended") && cond_status(c) == "True" {
             return new(Health::Suspended, say(c));
         }
     }
@@ -679,7 +667,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // 2. Degraded.
     for c in &conds {
-        let (t, s) = (text(c, "type"), cond_status(c));
+        let (t, s) = (cstr(c, "type"), cond_status(c));
         if negative(t) && s == "True" {
             return new(Health::Degraded, say(c));
         }
@@ -700,9 +688,9 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // A finished run that says it failed (`Complete=True` with `JobFailed`).
     for c in &conds {
-        if matches!(text(c, "type"), "Complete" | "Completed" | "Succeeded")
+        if matches!(cstr(c, "type"), "Complete" | "Completed" | "Succeeded")
             && cond_status(c) == "True"
-            && terminal_reason(text(c, "reason"))
+            && terminal_reason(cstr(c, "reason"))
         {
             return new(Health::Degraded, say(c));
         }
@@ -746,7 +734,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
                 format!(
                     "waiting for generation {} to be observed ({} is of generation {seen})",
                     obj.generation(),
-                    text(c, "type")
+                    cstr(c, "type")
                 ),
             );
         }
@@ -759,7 +747,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // 5. On its way.
     for c in &conds {
-        let (t, s) = (text(c, "type"), cond_status(c));
+        let (t, s) = (cstr(c, "type"), cond_status(c));
         if (t == "Reconciling" && s == "True") || (positive(t) && s != "True") {
             return new(Health::Progressing, say(c));
         }
@@ -778,7 +766,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     }
     // 6. Healthy, said so.
     for c in &conds {
-        if positive(text(c, "type")) {
+        if positive(cstr(c, "type")) {
             return new(Health::Healthy, say(c));
         }
     }

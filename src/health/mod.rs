@@ -195,8 +195,13 @@ fn string<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a str> {
 }
 
 fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
-    field(obj, &["status", "conditions"])
-        .and_then(Value::as_array)
+    conditions_in(field(obj, &["status", "conditions"]))
+}
+
+/// The mappings of a `conditions` list (anything else in it is skipped); none when `list` is
+/// absent or not a list. Shared by the generic and operator rules.
+pub(super) fn conditions_in(list: Option<&Value>) -> Vec<&Map<String, Value>> {
+    list.and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_object).collect())
         .unwrap_or_default()
 }
@@ -208,7 +213,9 @@ fn condition<'a>(conds: &[&'a Map<String, Value>], type_: &str) -> Option<&'a Ma
         .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
-fn cstr<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
+/// A string field of a condition (or any mapping), empty when absent or not a string. Shared by
+/// the generic and operator rules.
+pub(super) fn cstr<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
     c.get(k).and_then(Value::as_str).unwrap_or("")
 }
 

@@ -40,7 +40,7 @@
 use serde_json::{Map, Value};
 
 use super::generic::{Word, terminal_reason, word};
-use super::{Assessment, Health};
+use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
 /// One entry of a `conditions` list.
@@ -255,13 +255,6 @@ fn status(obj: &Object) -> Option<&Map<String, Value>> {
         .filter(|m| !m.is_empty())
 }
 
-/// The mappings of a `conditions` list.
-fn conditions_in(list: Option<&Value>) -> Vec<&Cond> {
-    list.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_object).collect())
-        .unwrap_or_default()
-}
-
 /// `status.conditions`.
 fn conditions(obj: &Object) -> Vec<&Cond> {
     conditions_in(value(obj, &["status", "conditions"]))
@@ -274,17 +267,12 @@ fn find<'a>(conds: &[&'a Cond], type_: &str) -> Option<&'a Cond> {
         .iter()
         .rev()
         .copied()
-        .find(|c| text(c, "type") == type_)
-}
-
-/// A string field of a condition, empty when absent.
-fn text<'a>(c: &'a Cond, key: &str) -> &'a str {
-    c.get(key).and_then(Value::as_str).unwrap_or("")
+        .find(|c| cstr(c, "type") == type_)
 }
 
 /// A condition's `status`.
 fn state(c: &Cond) -> &str {
-    text(c, "status")
+    cstr(c, "status")
 }
 
 /// Whether a condition of this type is there with this status.
@@ -294,9 +282,9 @@ fn has(conds: &[&Cond], type_: &str, status: &str) -> bool {
 
 /// `type=status: reason: message`, for a message.
 fn say(c: &Cond) -> String {
-    let mut s = format!("{}={}", text(c, "type"), state(c));
+    let mut s = format!("{}={}", cstr(c, "type"), state(c));
     for k in ["reason", "message"] {
-        let v = text(c, k).trim();
+        let v = cstr(c, k).trim();
         if !v.is_empty() {
             s.push_str(": ");
             s.push_str(v);
@@ -340,7 +328,7 @@ fn stale_condition(obj: &Object, c: &Cond) -> Assessment {
         format!(
             "waiting for generation {} to be observed ({} is of generation {})",
             obj.generation(),
-            text(c, "type"),
+            cstr(c, "type"),
             c.get("observedGeneration").and_then(number).unwrap_or(0)
         ),
     )
@@ -434,7 +422,7 @@ fn ready_condition(obj: &Object, rule: &ReadyRule) -> Assessment {
     if let Some(c) = ready
         && state(c) == "False"
         && !stale(obj, c)
-        && rule.on_false.health(text(c, "reason")) == Health::Degraded
+        && rule.on_false.health(cstr(c, "reason")) == Health::Degraded
     {
         return verdict(Health::Degraded, say(c));
     }
@@ -444,7 +432,7 @@ fn ready_condition(obj: &Object, rule: &ReadyRule) -> Assessment {
     match ready {
         Some(c) if stale(obj, c) => stale_condition(obj, c),
         Some(c) if state(c) == "True" => verdict(Health::Healthy, say(c)),
-        Some(c) if state(c) == "False" => verdict(rule.on_false.health(text(c, "reason")), say(c)),
+        Some(c) if state(c) == "False" => verdict(rule.on_false.health(cstr(c, "reason")), say(c)),
         Some(c) if state(c) != "Unknown" => verdict(
             Health::Unknown,
             format!("{} (a status none of True, False, Unknown)", say(c)),
@@ -512,14 +500,14 @@ fn certificate(obj: &Object) -> Assessment {
     }
     if let Some(c) = issuing
         && state(c) == "False"
-        && text(c, "reason") == "Failed"
+        && cstr(c, "reason") == "Failed"
     {
         return verdict(Health::Degraded, say(c));
     }
     let failed_at = str_at(obj, &["status", "lastFailureTime"]);
     match ready {
         Some(c) if state(c) == "False" => {
-            let reason = text(c, "reason");
+            let reason = cstr(c, "reason");
             if terminal_reason(reason) && !CERT_MANAGER_REISSUE.contains(&reason) {
                 verdict(Health::Degraded, say(c))
             } else if let Some(at) = failed_at {
@@ -563,10 +551,10 @@ fn certificate_request(obj: &Object) -> Assessment {
     }
     match find(&conds, "Ready") {
         Some(c) if state(c) == "True" => verdict(Health::Healthy, say(c)),
-        Some(c) if matches!(text(c, "reason"), "Failed" | "Denied") => {
+        Some(c) if matches!(cstr(c, "reason"), "Failed" | "Denied") => {
             verdict(Health::Degraded, say(c))
         }
-        Some(c) if state(c) == "False" && terminal_reason(text(c, "reason")) => {
+        Some(c) if state(c) == "False" && terminal_reason(cstr(c, "reason")) => {
             verdict(Health::Degraded, say(c))
         }
         Some(c) => verdict(Health::Progressing, say(c)),
@@ -654,7 +642,7 @@ fn rollout(obj: &Object) -> Assessment {
     // Before v1.0: the phase, computed client-side.
     for c in &conds {
         if matches!(
-            text(c, "reason"),
+            cstr(c, "reason"),
             "RolloutAborted" | "ProgressDeadlineExceeded"
         ) {
             return verdict(Health::Degraded, say(c));
@@ -822,7 +810,7 @@ fn crossplane_managed(obj: &Object) -> Assessment {
     if let Some(c) = synced
         && state(c) == "False"
     {
-        let health = if text(c, "reason") == "ReconcilePaused" {
+        let health = if cstr(c, "reason") == "ReconcilePaused" {
             Health::Suspended
         } else {
             Health::Degraded
@@ -842,7 +830,7 @@ fn crossplane_managed(obj: &Object) -> Assessment {
             Some(s) if state(s) != "True" => verdict(Health::Progressing, say(s)),
             _ => verdict(Health::Healthy, say(c)),
         },
-        Some(c) if state(c) == "False" && terminal_reason(text(c, "reason")) => {
+        Some(c) if state(c) == "False" && terminal_reason(cstr(c, "reason")) => {
             verdict(Health::Degraded, say(c))
         }
         Some(c) => verdict(Health::Progressing, say(c)),
@@ -866,7 +854,7 @@ const CROSSPLANE_HEALTH: &[&str] = &["Healthy", "RevisionHealthy", "RuntimeHealt
 fn crossplane_package_health(conds: &[&Cond]) -> Option<Assessment> {
     if let Some(c) = find(conds, "Verified")
         && state(c) == "False"
-        && text(c, "reason") == "SignatureVerificationFailed"
+        && cstr(c, "reason") == "SignatureVerificationFailed"
     {
         return Some(verdict(Health::Degraded, say(c)));
     }
@@ -875,8 +863,8 @@ fn crossplane_package_health(conds: &[&Cond]) -> Option<Assessment> {
         .filter_map(|t| find(conds, t))
         .collect();
     let not_known_yet = |c: &Cond| {
-        text(c, "reason") == "AwaitingSignatureVerification"
-            || text(c, "message").contains("health is \"Unknown\"")
+        cstr(c, "reason") == "AwaitingSignatureVerification"
+            || cstr(c, "message").contains("health is \"Unknown\"")
     };
     if let Some(c) = present
         .iter()
@@ -908,7 +896,7 @@ fn crossplane_package(obj: &Object) -> Assessment {
     if let Some(c) = find(&conds, "Installed")
         && state(c) == "False"
     {
-        let health = match text(c, "reason") {
+        let health = match cstr(c, "reason") {
             "InactivePackageRevision" => Health::Suspended,
             r if terminal_reason(r) => Health::Degraded,
             _ => Health::Progressing,
@@ -1027,7 +1015,7 @@ fn cluster_external_secret(obj: &Object) -> Assessment {
     }
     let conds = conditions(obj);
     if let Some(last) = conds.last()
-        && matches!(text(last, "type"), "NotReady" | "PartiallyReady")
+        && matches!(cstr(last, "type"), "NotReady" | "PartiallyReady")
     {
         return verdict(Health::Degraded, say(last));
     }
@@ -1094,7 +1082,7 @@ fn flux(obj: &Object) -> Assessment {
     // Abnormal-true conditions: `FetchFailed`, `BuildFailed`, `StorageOperationFailed`, ...
     if let Some(c) = conds
         .iter()
-        .find(|c| text(c, "type").ends_with("Failed") && state(c) == "True" && !stale(obj, c))
+        .find(|c| cstr(c, "type").ends_with("Failed") && state(c) == "True" && !stale(obj, c))
     {
         return verdict(Health::Degraded, say(c));
     }
@@ -1103,8 +1091,8 @@ fn flux(obj: &Object) -> Assessment {
     if let Some(c) = ready
         && state(c) == "False"
         && !stale(obj, c)
-        && !FLUX_WAITING.contains(&text(c, "reason"))
-        && reconciling.is_none_or(|r| text(r, "reason") == "ProgressingWithRetry")
+        && !FLUX_WAITING.contains(&cstr(c, "reason"))
+        && reconciling.is_none_or(|r| cstr(r, "reason") == "ProgressingWithRetry")
     {
         return verdict(Health::Degraded, say(c));
     }
@@ -1113,7 +1101,7 @@ fn flux(obj: &Object) -> Assessment {
     }
     if let Some(c) = ready
         && state(c) == "False"
-        && FLUX_WAITING.contains(&text(c, "reason"))
+        && FLUX_WAITING.contains(&cstr(c, "reason"))
     {
         return verdict(Health::Progressing, say(c));
     }
@@ -1151,7 +1139,7 @@ fn keda_scaler(obj: &Object) -> Assessment {
     let ready = find(&conds, "Ready");
     // `Ready=Unknown` with an error reason (`PartialTriggerError`): some triggers fail.
     if let Some(c) = ready
-        && (state(c) == "False" || (state(c) == "Unknown" && terminal_reason(text(c, "reason"))))
+        && (state(c) == "False" || (state(c) == "Unknown" && terminal_reason(cstr(c, "reason"))))
     {
         return verdict(Health::Degraded, say(c));
     }
@@ -1293,7 +1281,7 @@ fn strimzi(obj: &Object) -> Assessment {
     if let Some(c) = find(&conds, "NotReady")
         && state(c) == "True"
     {
-        let health = if text(c, "reason") == "Creating" {
+        let health = if cstr(c, "reason") == "Creating" {
             Health::Progressing
         } else {
             Health::Degraded
@@ -1308,7 +1296,7 @@ fn strimzi(obj: &Object) -> Assessment {
     }
     let warnings: Vec<String> = conds
         .iter()
-        .filter(|c| text(c, "type") == "Warning" && state(c) == "True")
+        .filter(|c| cstr(c, "type") == "Warning" && state(c) == "True")
         .map(|c| say(c))
         .collect();
     let with_warnings = |m: String| {
@@ -1321,7 +1309,7 @@ fn strimzi(obj: &Object) -> Assessment {
     match find(&conds, "Ready") {
         Some(c) if state(c) == "True" => verdict(Health::Healthy, with_warnings(say(c))),
         // The Topic Operator reports its errors so (`KafkaError`, `NotSupported`, ...).
-        Some(c) if state(c) == "False" && !text(c, "reason").is_empty() => {
+        Some(c) if state(c) == "False" && !cstr(c, "reason").is_empty() => {
             verdict(Health::Degraded, say(c))
         }
         Some(c) => verdict(Health::Progressing, say(c)),
@@ -1375,7 +1363,7 @@ fn strimzi_rebalance(obj: &Object) -> Assessment {
         );
     };
     let auto = annotation(obj, "strimzi.io/rebalance-auto-approval") == Some("true");
-    let health = match text(c, "type") {
+    let health = match cstr(c, "type") {
         "NotReady" => Health::Degraded,
         "Stopped" => Health::Suspended,
         "ProposalReady" if auto => Health::Progressing,
@@ -1485,7 +1473,7 @@ fn prometheus_config(obj: &Object) -> Assessment {
         .unwrap_or_default();
     for b in bindings {
         for c in conditions_in(b.get("conditions")) {
-            if text(c, "type") == "Accepted" && state(c) == "False" {
+            if cstr(c, "type") == "Accepted" && state(c) == "False" {
                 let name = b.get("name").and_then(Value::as_str).unwrap_or("?");
                 let resource = b
                     .get("resource")
@@ -1827,7 +1815,7 @@ fn zalando_postgresql(obj: &Object) -> Assessment {
 fn gateway_conditions(conds: &[&Cond], prefix: &str) -> Option<Assessment> {
     let say = |c: &Cond| format!("{prefix}{}", say(c));
     for c in conds {
-        let (t, s, r) = (text(c, "type"), state(c), text(c, "reason"));
+        let (t, s, r) = (cstr(c, "type"), state(c), cstr(c, "reason"));
         let failed = match t {
             "Accepted" | "ResolvedRefs" => s == "False" && r != "Pending",
             "Programmed" => {
@@ -1845,7 +1833,7 @@ fn gateway_conditions(conds: &[&Cond], prefix: &str) -> Option<Assessment> {
         }
     }
     for c in conds {
-        if matches!(text(c, "type"), "Accepted" | "Programmed") && state(c) != "True" {
+        if matches!(cstr(c, "type"), "Accepted" | "Programmed") && state(c) != "True" {
             return Some(verdict(Health::Progressing, say(c)));
         }
     }
@@ -1871,7 +1859,7 @@ fn gateway_class(obj: &Object) -> Assessment {
     match find(&conds, "Accepted") {
         Some(c) if stale(obj, c) => stale_condition(obj, c),
         Some(c) if state(c) == "True" => verdict(Health::Healthy, say(c)),
-        Some(c) if state(c) == "False" && text(c, "reason") != "Pending" => {
+        Some(c) if state(c) == "False" && cstr(c, "reason") != "Pending" => {
             verdict(Health::Degraded, say(c))
         }
         Some(c) => verdict(Health::Progressing, say(c)),
