@@ -1667,3 +1667,52 @@ fn the_agent_keeps_running_when_a_lua_health_check_loops_or_fails() {
     let (code, log) = agent.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+#[test]
+fn an_object_without_status_is_judged_by_a_crd_found_only_in_the_store() {
+    // The app declares a custom object but not its CRD: the agent's status update reads the
+    // store's CRDs (put there by another tool) to learn the kind has a status subresource.
+    let env = Env::new();
+    env.repo.write(
+        "app/queue.yaml",
+        "apiVersion: mq.example.com/v1\nkind: Queue\nmetadata: {name: orders, namespace: default}\nspec: {durable: true}\n",
+    );
+    env.repo.write(
+        "app/route.yaml",
+        "apiVersion: mw.example.com/v1\nkind: Middleware\nmetadata: {name: strip, namespace: default}\nspec: {prefix: /api}\n",
+    );
+    env.repo
+        .commit("a queue and a middleware, their CRDs installed elsewhere");
+    let crd = |group: &str, kind: &str, plural: &str, status: bool| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  names: {{kind: {kind}, plural: {plural}}}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n{}",
+            if status {
+                "    subresources: {status: {}}\n"
+            } else {
+                ""
+            }
+        )
+    };
+    env.put(&crd("mq.example.com", "Queue", "queues", true));
+    env.put(&crd("mw.example.com", "Middleware", "middlewares", false));
+    let out = env.run(&["sync"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let st = env.status();
+    let health = |kind: &str| {
+        st["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .map(|r| (r["health"].clone(), r["healthMessage"].clone()))
+            .unwrap()
+    };
+    let (queue, why) = health("Queue");
+    assert_eq!(queue, "Progressing", "{why}");
+    assert!(
+        why.as_str().unwrap().contains("waiting for the controller"),
+        "{why}"
+    );
+    // A kind whose CRD has no status subresource: nothing will report, and nothing is awaited.
+    assert_eq!(health("Middleware").0, "Healthy");
+}

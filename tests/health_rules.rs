@@ -103,7 +103,9 @@ fn every_operator_fixture_gets_its_verdict_from_its_built_in_rule() {
 /// objects' `(kind/name, health, message, rule)`, and stderr.
 type Row = (String, String, String, String);
 
-fn health_with(config: Option<&str>, objects: &str) -> (i32, Vec<Row>, String) {
+/// Runs `driftless [--config CONFIG] health [-o json] -f -` on `objects` in a folder of its own;
+/// returns the exit code, stdout and stderr.
+fn run_health(config: Option<&str>, objects: &str, json: bool) -> (i32, String, String) {
     use std::io::Write;
     let dir = tempdir();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_driftless"));
@@ -111,8 +113,12 @@ fn health_with(config: Option<&str>, objects: &str) -> (i32, Vec<Row>, String) {
         std::fs::write(dir.join("driftless.yaml"), c).unwrap();
         cmd.arg("--config").arg(dir.join("driftless.yaml"));
     }
+    cmd.arg("health");
+    if json {
+        cmd.args(["-o", "json"]);
+    }
     let mut child = cmd
-        .args(["health", "-o", "json", "-f", "-"])
+        .args(["-f", "-"])
         .current_dir(&dir)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -126,12 +132,20 @@ fn health_with(config: Option<&str>, objects: &str) -> (i32, Vec<Row>, String) {
         .write_all(objects.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    let code = out.status.code().unwrap_or(-1);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// [`run_health`] with `-o json`: the objects' `(kind/name, health, message, rule)`.
+fn health_with(config: Option<&str>, objects: &str) -> (i32, Vec<Row>, String) {
+    let (code, stdout, stderr) = run_health(config, objects, true);
     if code != 0 {
         return (code, Vec::new(), stderr);
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let rows = v["objects"]
         .as_array()
         .unwrap()
@@ -291,65 +305,48 @@ fn scripts_that_loop_hog_escape_or_fail_are_unknown_and_the_next_object_is_still
 
 #[test]
 fn a_lua_check_that_does_not_compile_or_clashes_with_cel_is_a_config_error() {
-    let (code, _, err) = health_with(
-        Some(&format!("healthLuaDir: {}\n", lua_dir("lua-bad"))),
-        WIDGETS,
-    );
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("healthLuaDir") && err.contains("example.com/Broken/health.lua:5:"),
-        "{err}"
-    );
-    let (code, _, err) = health_with(
-        Some("health:\n- {kind: Widget, lua: w.lua, healthy: \"true\"}\n"),
-        WIDGETS,
-    );
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("health[0].lua") && err.contains("both"),
-        "{err}"
-    );
-    let (code, _, err) = health_with(
-        Some("health:\n- {kind: Widget, lua: missing.lua}\n"),
-        WIDGETS,
-    );
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("health[0].lua") && err.contains("missing.lua"),
-        "{err}"
-    );
+    let bad_dir = format!("healthLuaDir: {}\n", lua_dir("lua-bad"));
+    for (config, words) in [
+        (
+            bad_dir.as_str(),
+            ["healthLuaDir", "example.com/Broken/health.lua:5:"],
+        ),
+        (
+            "health:\n- {kind: Widget, lua: w.lua, healthy: \"true\"}\n",
+            ["health[0].lua", "both"],
+        ),
+        (
+            "health:\n- {kind: Widget, lua: missing.lua}\n",
+            ["health[0].lua", "missing.lua"],
+        ),
+    ] {
+        let (code, _, err) = health_with(Some(config), WIDGETS);
+        assert_eq!(code, 2, "{err}");
+        assert!(words.iter().all(|w| err.contains(w)), "{err}");
+    }
 }
 
 #[test]
 fn a_message_with_line_breaks_stays_on_one_line_of_the_table() {
-    use std::io::Write;
     let dir = tempdir();
+    let script = dir.join("two-lines.lua");
     std::fs::write(
-        dir.join("two-lines.lua"),
+        &script,
         "return {status = \"Degraded\", message = \"first\\nfake: Healthy\"}\n",
     )
     .unwrap();
-    std::fs::write(
-        dir.join("driftless.yaml"),
-        "health:\n- {group: example.com, kind: Widget, lua: two-lines.lua}\n",
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_driftless"))
-        .args(["--config", "driftless.yaml", "health", "-f", "-"])
-        .current_dir(&dir)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let config = format!(
+        "health:\n- {{group: example.com, kind: Widget, lua: {}}}\n",
+        script.display()
+    );
+    let (code, stdout, stderr) = run_health(
+        Some(&config),
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n",
+        false,
+    );
+    assert_eq!(code, 0, "{stderr}");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout,
         "Widget.example.com w: Degraded: first\\nfake: Healthy\n"
     );
 }
