@@ -3,7 +3,7 @@
 //! - `tests/data/health/generic/<pattern>/<verdict>-<case>.yaml`: one or more per generic pattern
 //!   (src/health/generic.rs), decided by the generic rules (`rule: generic`);
 //! - `tests/data/health/builtin/<group>/<Kind>/<verdict>-<case>.yaml`: one or more per built-in
-//!   operator rule (src/health/operators.rs), decided by that rule (`rule: builtin`).
+//!   operator rule (src/health/operators/), decided by that rule (`rule: builtin`).
 //!
 //! `<verdict>` is the expected health in lower case (`healthy`, `progressing`, `degraded`,
 //! `suspended`, `unknown`). A fixture may start with `# message: TEXT` lines: each TEXT must be
