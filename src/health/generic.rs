@@ -25,7 +25,8 @@
 //!      with `severity: Error` (Cluster API); a condition status may be a YAML boolean;
 //!    - a phase, state or health field names a failure: `Failed`, `Error`, `Degraded`,
 //!      `Unhealthy`, `Invalid`, `Rejected`, `Canceled`, `Aborted`, `NonCompliant`, `red`,
-//!      `CrashLoopBackOff`, or any value containing `fail` or `error`. These fields are
+//!      `Warning`, Ceph's `HEALTH_WARN` and `HEALTH_ERR`, `CrashLoopBackOff`, or any value
+//!      containing `fail` or `error`. These fields are
 //!      `status.health.status` and the top-level fields of `status` named `phase`, `state`,
 //!      `health`, `status` or `compliant`, or ending in `Phase`, `State` or `Status`
 //!      (`currentState`, the Zalando operator's `PostgresClusterStatus`; not `desiredState`);
@@ -37,7 +38,11 @@
 //!    - one or two levels down, a state-named field names a failure (per-cluster or
 //!      per-component states: `applicationState.state`, `aggregatedStatus[].health`); lists
 //!      named `history` are not read, and only failures are read this deep;
-//!    - `status.healthy` is false.
+//!    - `status.healthy` is false, or an outcome flag is false (`status.pass`, `passed`,
+//!      `success`, `succeeded`: Keptn's Analysis);
+//!    - a condition naming a success is False (`Succeeded`, `ReconcileSuccess`,
+//!      `InstallSucceeded`): Knative's convention for a `Succeeded` condition, `False` once
+//!      failed.
 //! 3. **Progressing** when the controller has not seen the latest spec: `status.observedGeneration`
 //!    or a condition's `observedGeneration` behind `metadata.generation` (Kubernetes API
 //!    conventions).
@@ -48,12 +53,19 @@
 //!      `Reconciled`, `Installed`, `Active`, `Deployed`, `Configured`, `Valid`, `Accepted`,
 //!      `Programmed`, `ResolvedRefs`, `Admitted`, or a type ending in `Ready`, `Healthy` or
 //!      `Available`) that is False (without a terminal reason) or Unknown;
+//!    - a policy or route attachment not accepted yet: an entry of `status.ancestors[]` or
+//!      `status.parents[]` (Gateway API) without an `Accepted` condition;
 //!    - a phase or state of the in-progress vocabulary (`Pending`, `Progressing`, `InProgress`,
-//!      `Scheduled`, `Queued`, `New`, `yellow`, `NotReady`, or whose first word ends in `ing`
-//!      and is not `Running`: `Provisioning`, `ApplyingChanges`, `Waiting for pods`);
+//!      `Scheduled`, `Queued`, `New`, `yellow`, a healthy word negated: `NotReady`,
+//!      `NotReconciled`; or whose first word ends in `ing` and is not `Running`:
+//!      `Provisioning`, `ApplyingChanges`, `Waiting for pods`), at the top level or in a
+//!      sub-status kept one level down (`applicationState.state`, `lastOperation.state`,
+//!      `ansibleJobResult.status`);
 //!    - `status.ready` is false;
 //!    - DaemonSet-style counters behind (`numberReady` or `updatedNumberScheduled` below
 //!      `desiredNumberScheduled`, or `numberUnavailable` above 0);
+//!    - counters written as text behind (`statusReplicas: "0/2"`, kubectl's READY column),
+//!      at the top level or one level down;
 //!    - replica counters behind the desired count (`readyReplicas`, `availableReplicas`,
 //!      `updatedReplicas` below `spec.replicas`, or `status.replicas` when the spec has none; a
 //!      counter left out is zero, as Kubernetes leaves zero counters out).
@@ -68,9 +80,10 @@
 //!    nothing will ever report on it).
 //! 8. Otherwise (a status with none of the above) **Healthy**, as kstatus says.
 //!
-//! Conditions are read from `status.conditions` and from the lists the Gateway API convention
+//! Conditions are read from `status.conditions`, from the lists the Gateway API convention
 //! nests them in (`status.parents[]`, `status.listeners[]`, `status.ancestors[]`) and
-//! OpenShift's `status.ingress[]`.
+//! OpenShift's `status.ingress[]`, and from a sub-status one level down
+//! (`status.podStatus.conditions`).
 //!
 //! A rule never says Healthy for an object whose own status names a failure: the failure
 //! readings (2) come before every Healthy reading, and a phase of the failure vocabulary wins
@@ -226,6 +239,16 @@ fn negative(t: &str) -> bool {
         || t.starts_with("Error")
 }
 
+/// Whether a condition type names the success of a run or an operation (`Succeeded`,
+/// `ReconcileSuccess`, `InstallSucceeded`, `SyncSuccessful`): `False` says it did not succeed,
+/// which is a failure (Knative's duck-typed `Succeeded` condition, knative.dev/pkg
+/// `apis/condition_types.go`: `Unknown` while running, `False` once failed).
+fn success_named(t: &str) -> bool {
+    ["Succeeded", "Success", "Successful"]
+        .iter()
+        .any(|s| t.ends_with(s))
+}
+
 /// The error fields a status may carry, when not empty: `status.error` (a string, or an object
 /// with a `message`: the CSI snapshotter's convention), and every top-level string field whose
 /// name starts with `err` or `failure` (`errorMessage`, `errMsg`, `errorDescription`; Cluster
@@ -368,6 +391,8 @@ pub(super) fn word(value: &str) -> Option<Word> {
                 | "aborted"
                 | "noncompliant"
                 | "healtherr"
+                | "healthwarn"
+                | "warning"
         )
     {
         return Some(Word::Failed);
@@ -428,7 +453,12 @@ pub(super) fn word(value: &str) -> Option<Word> {
         }
         t[..end].to_ascii_lowercase()
     };
-    if w.contains("notready") || first == "pending" {
+    // A healthy word negated (`NotReady`, `NotReconciled`, `not synced`): not there yet.
+    if w.contains("notready")
+        || first == "pending"
+        || w.strip_prefix("not")
+            .is_some_and(|rest| word(rest) == Some(Word::Fine))
+    {
         return Some(Word::InProgress);
     }
     let single_word = first.chars().all(|c| c.is_ascii_alphabetic());
@@ -460,12 +490,19 @@ pub(super) fn word(value: &str) -> Option<Word> {
 
 /// The conditions of `status.conditions`, then those the Gateway API convention nests per parent,
 /// listener or ancestor (`status.parents[].conditions`, `status.listeners[].conditions`,
-/// `status.ancestors[].conditions`).
+/// `status.ancestors[].conditions`), then those of a sub-status one level down
+/// (`status.podStatus.conditions`: a status that reports a pod's or a component's conditions
+/// as its own).
 fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
     let Some(status) = obj.get("status") else {
         return Vec::new();
     };
     let mut out = conditions_in(status.get("conditions"));
+    for (k, v) in status.as_object().into_iter().flatten() {
+        if k != "conditions" && v.is_object() {
+            out.extend(conditions_in(v.get("conditions")));
+        }
+    }
     for nested in ["parents", "listeners", "ancestors", "ingress"] {
         for entry in status
             .get(nested)
@@ -477,6 +514,35 @@ fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
         }
     }
     out
+}
+
+/// A route's parent or a policy's ancestor (`status.parents[]` with `parentRef`,
+/// `status.ancestors[]` with `ancestorRef`: Gateway API's `RouteParentStatus` and GEP-713's
+/// `PolicyAncestorStatus`, which every implementation's policies use) that has no `Accepted`
+/// condition: the controller has not accepted the attachment yet. The message names it.
+fn unaccepted_attachment(status: &Value) -> Option<String> {
+    for (list, reference) in [("parents", "parentRef"), ("ancestors", "ancestorRef")] {
+        for entry in status
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(r) = entry.get(reference) else {
+                continue;
+            };
+            let accepted = conditions_in(entry.get("conditions"))
+                .iter()
+                .any(|c| cstr(c, "type") == "Accepted");
+            if !accepted {
+                let name = r.get("name").and_then(Value::as_str).unwrap_or("?");
+                return Some(format!(
+                    "status.{list}: no Accepted condition for {name} yet"
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// A condition's status: `True`, `False` or `Unknown` (a YAML boolean, which some controllers
@@ -531,6 +597,29 @@ fn words(status: &Value) -> Vec<(String, &str)> {
     out
 }
 
+/// The state fields of a sub-status: an object (not a list) one level below `status` whose
+/// name is itself a state's (`applicationState.state`, the Spark operator's) or ends in
+/// `Result` or `Operation` (`ansibleJobResult.status`, Gardener's `lastOperation.state`): the
+/// object's own state kept one level down. Read for in-progress words only (rule 5): per-member
+/// lists and maps are not the whole's state.
+fn sub_words(status: &Value) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    for (k, v) in status.as_object().into_iter().flatten() {
+        let l = k.to_ascii_lowercase();
+        if !(state_named(k) || l.ends_with("result") || l.ends_with("operation")) {
+            continue;
+        }
+        for (f, s) in v.as_object().into_iter().flatten() {
+            if let Some(s) = s.as_str()
+                && matches!(f.as_str(), "state" | "status" | "phase")
+            {
+                out.push((format!("status.{k}.{f}"), s));
+            }
+        }
+    }
+    out
+}
+
 /// Whether a status field is named as a state: `phase`, `state`, `health`, `status`,
 /// `compliant`, or a name ending in `Phase`, `State` or `Status` that is not `desired…` or
 /// `expected…` (case ignored).
@@ -543,6 +632,10 @@ fn state_named(k: &str) -> bool {
         && !l.starts_with("desired")
         && !l.starts_with("expected"))
 }
+
+/// Boolean status fields that give the outcome of a run or a check (Keptn's Analysis
+/// `status.pass`): `false` says it failed.
+const OUTCOME_FLAGS: &[&str] = &["pass", "passed", "success", "succeeded"];
 
 /// `status.healthy` and `status.ready` when booleans.
 fn flags(status: &Value) -> (Option<bool>, Option<bool>) {
@@ -598,6 +691,39 @@ fn counters(obj: &Object, status: &Value) -> Option<(String, bool)> {
         }
     }
     Some((format!("{desired} replicas ready"), true))
+}
+
+/// Counters written as text `READY/DESIRED` (`"0/2"`, the READY column of kubectl and the
+/// OpenTelemetry Operator's `status.scale.statusReplicas`), in a field of `status` or one level
+/// down whose name ends in `replicas` or is `ready` (case ignored): `Some((message, caught_up))`
+/// for the first one behind, or for the last one when all caught up; `None` without any.
+fn text_counters(status: &Value) -> Option<(String, bool)> {
+    fn parse(s: &str) -> Option<(u64, u64)> {
+        let (a, b) = s.trim().split_once('/')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    }
+    let named = |k: &str| {
+        let l = k.to_ascii_lowercase();
+        l.ends_with("replicas") || l == "ready"
+    };
+    let mut found = None;
+    let top = status.as_object()?;
+    let nested = top
+        .iter()
+        .filter_map(|(k, v)| v.as_object().map(|m| (format!("status.{k}."), m)));
+    for (prefix, m) in std::iter::once(("status.".to_string(), top)).chain(nested) {
+        for (k, v) in m {
+            let Some((ready, desired)) = v.as_str().filter(|_| named(k)).and_then(parse) else {
+                continue;
+            };
+            let said = format!("{prefix}{k} is {ready}/{desired}");
+            if ready < desired {
+                return Some((said, false));
+            }
+            found = Some((said, true));
+        }
+    }
+    found
 }
 
 /// The generic rules (see the module documentation), for an object that is not being deleted.
@@ -674,7 +800,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
         // A condition that is not itself about a failure, False with a terminal reason (any
         // type: `ResourcesApplied=False` with `RemoteClusterClientFailed`), or False with
         // `severity: Error` (Cluster API's condition convention).
-        if !negative(t) && s == "False" && says_failed(c) {
+        if !negative(t) && s == "False" && (says_failed(c) || success_named(t)) {
             return new(Health::Degraded, say(c));
         }
     }
@@ -711,6 +837,11 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     let (healthy_flag, ready_flag) = flags(status);
     if healthy_flag == Some(false) {
         return new(Health::Degraded, "status.healthy is false".to_string());
+    }
+    for f in OUTCOME_FLAGS {
+        if status.get(*f).and_then(Value::as_bool) == Some(false) {
+            return new(Health::Degraded, format!("status.{f} is false"));
+        }
     }
     // 3. The latest spec not seen yet.
     if let Some(seen) = int(status.get("observedGeneration"))
@@ -752,7 +883,10 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
             return new(Health::Progressing, say(c));
         }
     }
-    for (path, w) in &words {
+    if let Some(message) = unaccepted_attachment(status) {
+        return new(Health::Progressing, message);
+    }
+    for (path, w) in words.iter().chain(&sub_words(status)) {
         if word(w) == Some(Word::InProgress) {
             return new(Health::Progressing, format!("{path} is {w}"));
         }
@@ -760,7 +894,7 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
     if ready_flag == Some(false) {
         return new(Health::Progressing, "status.ready is false".to_string());
     }
-    let counted = counters(obj, status);
+    let counted = counters(obj, status).or_else(|| text_counters(status));
     if let Some((message, false)) = &counted {
         return new(Health::Progressing, message.clone());
     }
@@ -884,6 +1018,12 @@ mod tests {
             proptest::sample::select(vec!["failureMessage", "errorMessage", "errMsg"])
                 .prop_map(|f| (f.to_string(), json!("it broke"))),
             Just(("healthy".to_string(), json!(false))),
+            Just(("pass".to_string(), json!(false))),
+            Just((
+                "condition".to_string(),
+                json!({"type": "ReconcileSuccess", "status": "False", "reason": "Initializing"})
+            )),
+            Just(("cluster".to_string(), json!({"health": "HEALTH_WARN"}))),
             Just((
                 "componentStatus".to_string(),
                 json!({"db": {"state": "Failed"}})
@@ -939,6 +1079,9 @@ mod tests {
             ("PENDING_RERUN", Word::InProgress),
             ("Waiting for pods to be ready", Word::InProgress),
             ("ClusterRollingUpgrading", Word::InProgress),
+            ("NotReconciled", Word::InProgress),
+            ("not synced", Word::InProgress),
+            ("HEALTH_WARN", Word::Failed),
         ] {
             assert_eq!(word(v), Some(w), "{v}");
         }
