@@ -7,7 +7,7 @@
 //! `ReconcileError`, `readyReplicas` behind `replicas`. These rules read those too, in this
 //! order; the first that speaks decides:
 //!
-//! 1. **Suspended**: `spec.suspend` or `spec.paused` is true; a rollout held on purpose
+//! 1. **Suspended**: `spec.suspend` or `spec.paused` is true, or `spec.enabled` is false; a rollout held on purpose
 //!    (`spec.updateStrategy.paused` or `spec.updateStrategy.rollingUpdate.paused` true, or a
 //!    `partition` above 0 there while fewer replicas are updated than desired, the StatefulSet
 //!    convention); a `Paused` or `Suspended` condition is True; or a phase or state (below) is
@@ -25,7 +25,7 @@
 //!      with `severity: Error` (Cluster API); a condition status may be a YAML boolean;
 //!    - a phase, state or health field names a failure: `Failed`, `Error`, `Degraded`,
 //!      `Unhealthy`, `Invalid`, `Rejected`, `Canceled`, `Aborted`, `NonCompliant`, `red`,
-//!      `Warning`, Ceph's `HEALTH_WARN` and `HEALTH_ERR`, `CrashLoopBackOff`, or any value
+//!      `Warning`, `NotFound`, Ceph's `HEALTH_WARN` and `HEALTH_ERR`, `CrashLoopBackOff`, or any value
 //!      containing `fail` or `error`. These fields are
 //!      `status.health.status` and the top-level fields of `status` named `phase`, `state`,
 //!      `health`, `status` or `compliant`, or ending in `Phase`, `State` or `Status`
@@ -393,6 +393,7 @@ pub(super) fn word(value: &str) -> Option<Word> {
                 | "healtherr"
                 | "healthwarn"
                 | "warning"
+                | "notfound"
         )
     {
         return Some(Word::Failed);
@@ -739,6 +740,14 @@ pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
         {
             return new(Health::Suspended, format!("spec.{flag} is true"));
         }
+    }
+    if obj
+        .get("spec")
+        .and_then(|s| s.get("enabled"))
+        .and_then(Value::as_bool)
+        == Some(false)
+    {
+        return new(Health::Suspended, "spec.enabled is false".to_string());
     }
     // A rollout held on purpose: `spec.updateStrategy.paused` (or its `rollingUpdate.paused`),
     // or a partition (`partition`, Kubernetes' StatefulSet convention) while replicas are

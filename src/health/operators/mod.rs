@@ -22,6 +22,8 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | Gardener (`gardener.rs`) | `core.gardener.cloud` | Shoot |
+//! | Elastic Cloud on Kubernetes (`eck.rs`) | `*.k8s.elastic.co` | Elasticsearch, Kibana, ApmServer, EnterpriseSearch, Beat, Agent, Logstash, ElasticMapsServer, PackageRegistry |
 //!
 //! What every rule keeps to:
 //!
@@ -36,6 +38,9 @@
 //! Composition, Tekton's Pipeline, ...) get `None`: the generic rules decide for them.
 //!
 //! Pure: no I/O.
+
+mod eck;
+mod gardener;
 
 use serde_json::{Map, Value};
 
@@ -144,6 +149,12 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
+        "core.gardener.cloud" if kind == "Shoot" => gardener::shoot(obj),
+        g if g.ends_with(".k8s.elastic.co") => match kind {
+            "Elasticsearch" | "Kibana" | "ApmServer" | "EnterpriseSearch" | "Beat" | "Agent"
+            | "Logstash" | "ElasticMapsServer" | "PackageRegistry" => eck::assess(obj),
+            _ => return None,
+        },
         _ => return None,
     })
 }
