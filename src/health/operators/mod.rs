@@ -23,6 +23,9 @@
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
 //! | Gardener (`gardener.rs`) | `core.gardener.cloud` | Shoot |
+//! | OpenShift (`openshift.rs`) | `apps.openshift.io`, `route.openshift.io` | DeploymentConfig, Route |
+//! | Sealed Secrets (`sealed_secrets.rs`) | `bitnami.com` | SealedSecret |
+//! | CSI snapshots (`snapshots.rs`) | `snapshot.storage.k8s.io` | VolumeSnapshot, VolumeSnapshotContent |
 //! | Elastic Cloud on Kubernetes (`eck.rs`) | `*.k8s.elastic.co` | Elasticsearch, Kibana, ApmServer, EnterpriseSearch, Beat, Agent, Logstash, ElasticMapsServer, PackageRegistry |
 //!
 //! What every rule keeps to:
@@ -41,6 +44,9 @@
 
 mod eck;
 mod gardener;
+mod openshift;
+mod sealed_secrets;
+mod snapshots;
 
 use serde_json::{Map, Value};
 
@@ -150,6 +156,13 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
         "core.gardener.cloud" if kind == "Shoot" => gardener::shoot(obj),
+        "apps.openshift.io" if kind == "DeploymentConfig" => openshift::deployment_config(obj),
+        "route.openshift.io" if kind == "Route" => openshift::route(obj),
+        "bitnami.com" if kind == "SealedSecret" => sealed_secrets::sealed_secret(obj),
+        "snapshot.storage.k8s.io" => match kind {
+            "VolumeSnapshot" | "VolumeSnapshotContent" => snapshots::snapshot(obj),
+            _ => return None,
+        },
         g if g.ends_with(".k8s.elastic.co") => match kind {
             "Elasticsearch" | "Kibana" | "ApmServer" | "EnterpriseSearch" | "Beat" | "Agent"
             | "Logstash" | "ElasticMapsServer" | "PackageRegistry" => eck::assess(obj),
