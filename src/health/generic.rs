@@ -51,8 +51,10 @@
 //!    - `Reconciling=True`, or a condition of the all-is-well kind (`Ready`, `Available`,
 //!      `Healthy`, `Synced`, `Succeeded`, `Completed`, `Complete`, `Established`,
 //!      `Reconciled`, `Installed`, `Active`, `Deployed`, `Configured`, `Valid`, `Accepted`,
-//!      `Programmed`, `ResolvedRefs`, `Admitted`, or a type ending in `Ready`, `Healthy` or
-//!      `Available`) that is False (without a terminal reason) or Unknown;
+//!      `Programmed`, `ResolvedRefs`, `Admitted`, a step done on the way: `Adopted`, `Applied`,
+//!      `Attached`, `Bound`, `Connected`, `Initialized`, `Launched`, `Provisioned`,
+//!      `Registered`, `Resolved`, `Scheduled`, `Validated`, `Verified`; or a type ending in
+//!      `Ready`, `Healthy` or `Available`) that is False (without a terminal reason) or Unknown;
 //!    - a policy or route attachment not accepted yet: an entry of `status.ancestors[]` or
 //!      `status.parents[]` (Gateway API) without an `Accepted` condition;
 //!    - a phase or state of the in-progress vocabulary (`Pending`, `Progressing`, `InProgress`,
@@ -217,6 +219,22 @@ const POSITIVE: &[&str] = &[
     "ResolvedRefs",
     // OpenShift's Route (`status.ingress[].conditions`).
     "Admitted",
+    // Past participles of a step done on the object's way to working (Kubernetes' own
+    // `PodScheduled`, `Initialized`; Karpenter's `Launched`, `Registered`; `Bound`, `Adopted`):
+    // not there yet while `False`.
+    "Adopted",
+    "Applied",
+    "Attached",
+    "Bound",
+    "Connected",
+    "Initialized",
+    "Launched",
+    "Provisioned",
+    "Registered",
+    "Resolved",
+    "Scheduled",
+    "Validated",
+    "Verified",
 ];
 
 /// Whether a condition type says all is well when True: one of [`POSITIVE`], or a type ending in
