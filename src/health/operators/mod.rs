@@ -22,6 +22,7 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | MinIO Operator | `minio.min.io` | Tenant |
 //!
 //! What every rule keeps to:
 //!
@@ -42,6 +43,8 @@ use serde_json::{Map, Value};
 use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
+
+mod minio;
 
 /// One entry of a `conditions` list.
 type Cond = Map<String, Value>;
@@ -144,6 +147,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
+        "minio.min.io" if kind == "Tenant" => minio::tenant(obj),
         _ => return None,
     })
 }
