@@ -23,6 +23,7 @@
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
 //! | MinIO Operator | `minio.min.io` | Tenant |
+//! | Cluster API | `cluster.x-k8s.io`, `addons.cluster.x-k8s.io` | Cluster, Machine, MachineDeployment, MachineSet, MachinePool, MachineHealthCheck, ClusterResourceSet |
 //!
 //! What every rule keeps to:
 //!
@@ -44,6 +45,7 @@ use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
+mod cluster_api;
 mod minio;
 
 /// One entry of a `conditions` list.
@@ -148,6 +150,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
         "minio.min.io" if kind == "Tenant" => minio::tenant(obj),
+        "cluster.x-k8s.io" | "addons.cluster.x-k8s.io" => return cluster_api::assess(obj),
         _ => return None,
     })
 }
