@@ -24,6 +24,7 @@
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
 //! | MinIO Operator | `minio.min.io` | Tenant |
 //! | Cluster API | `cluster.x-k8s.io`, `addons.cluster.x-k8s.io` | Cluster, Machine, MachineDeployment, MachineSet, MachinePool, MachineHealthCheck, ClusterResourceSet |
+//! | Karmada | `work.karmada.io` | ResourceBinding, ClusterResourceBinding |
 //!
 //! What every rule keeps to:
 //!
@@ -46,6 +47,7 @@ use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
 mod cluster_api;
+mod karmada;
 mod minio;
 
 /// One entry of a `conditions` list.
@@ -151,6 +153,10 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
         "minio.min.io" if kind == "Tenant" => minio::tenant(obj),
         "cluster.x-k8s.io" | "addons.cluster.x-k8s.io" => return cluster_api::assess(obj),
+        "work.karmada.io" => match kind {
+            "ResourceBinding" | "ClusterResourceBinding" => karmada::binding(obj),
+            _ => return None,
+        },
         _ => return None,
     })
 }
