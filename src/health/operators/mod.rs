@@ -25,6 +25,7 @@
 //! | MinIO Operator | `minio.min.io` | Tenant |
 //! | Cluster API | `cluster.x-k8s.io`, `addons.cluster.x-k8s.io` | Cluster, Machine, MachineDeployment, MachineSet, MachinePool, MachineHealthCheck, ClusterResourceSet |
 //! | Karmada | `work.karmada.io` | ResourceBinding, ClusterResourceBinding |
+//! | Grafana Operator | `grafana.integreatly.org` | Grafana, GrafanaDashboard, GrafanaDatasource, GrafanaFolder, GrafanaAlertRuleGroup, GrafanaContactPoint, GrafanaLibraryPanel, GrafanaMuteTiming, GrafanaNotificationPolicy, GrafanaNotificationTemplate, GrafanaManifest, GrafanaServiceAccount |
 //!
 //! What every rule keeps to:
 //!
@@ -47,6 +48,7 @@ use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
 mod cluster_api;
+mod grafana;
 mod karmada;
 mod minio;
 
@@ -155,6 +157,11 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
         "cluster.x-k8s.io" | "addons.cluster.x-k8s.io" => return cluster_api::assess(obj),
         "work.karmada.io" => match kind {
             "ResourceBinding" | "ClusterResourceBinding" => karmada::binding(obj),
+            _ => return None,
+        },
+        "grafana.integreatly.org" => match kind {
+            "Grafana" => grafana::grafana(obj),
+            k if grafana::GRAFANA_SYNCED_KINDS.contains(&k) => grafana::synchronized(obj),
             _ => return None,
         },
         _ => return None,
