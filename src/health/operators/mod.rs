@@ -26,6 +26,7 @@
 //! | Cluster API | `cluster.x-k8s.io`, `addons.cluster.x-k8s.io` | Cluster, Machine, MachineDeployment, MachineSet, MachinePool, MachineHealthCheck, ClusterResourceSet |
 //! | Karmada | `work.karmada.io` | ResourceBinding, ClusterResourceBinding |
 //! | Grafana Operator | `grafana.integreatly.org` | Grafana, GrafanaDashboard, GrafanaDatasource, GrafanaFolder, GrafanaAlertRuleGroup, GrafanaContactPoint, GrafanaLibraryPanel, GrafanaMuteTiming, GrafanaNotificationPolicy, GrafanaNotificationTemplate, GrafanaManifest, GrafanaServiceAccount |
+//! | Karpenter | `karpenter.sh`, `karpenter.k8s.aws` | NodePool, NodeClaim, EC2NodeClass |
 //!
 //! What every rule keeps to:
 //!
@@ -50,6 +51,7 @@ use crate::object::Object;
 mod cluster_api;
 mod grafana;
 mod karmada;
+mod karpenter;
 mod minio;
 
 /// One entry of a `conditions` list.
@@ -164,6 +166,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             k if grafana::GRAFANA_SYNCED_KINDS.contains(&k) => grafana::synchronized(obj),
             _ => return None,
         },
+        "karpenter.sh" | "karpenter.k8s.aws" => return karpenter::assess(obj),
         _ => return None,
     })
 }
