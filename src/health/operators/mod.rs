@@ -27,6 +27,11 @@
 //! | Sealed Secrets (`sealed_secrets.rs`) | `bitnami.com` | SealedSecret |
 //! | CSI snapshots (`snapshots.rs`) | `snapshot.storage.k8s.io` | VolumeSnapshot, VolumeSnapshotContent |
 //! | Elastic Cloud on Kubernetes (`eck.rs`) | `*.k8s.elastic.co` | Elasticsearch, Kibana, ApmServer, EnterpriseSearch, Beat, Agent, Logstash, ElasticMapsServer, PackageRegistry |
+//! | MinIO Operator | `minio.min.io` | Tenant |
+//! | Cluster API | `cluster.x-k8s.io`, `addons.cluster.x-k8s.io` | Cluster, Machine, MachineDeployment, MachineSet, MachinePool, MachineHealthCheck, ClusterResourceSet |
+//! | Karmada | `work.karmada.io` | ResourceBinding, ClusterResourceBinding |
+//! | Grafana Operator | `grafana.integreatly.org` | Grafana, GrafanaDashboard, GrafanaDatasource, GrafanaFolder, GrafanaAlertRuleGroup, GrafanaContactPoint, GrafanaLibraryPanel, GrafanaMuteTiming, GrafanaNotificationPolicy, GrafanaNotificationTemplate, GrafanaManifest, GrafanaServiceAccount |
+//! | Karpenter | `karpenter.sh`, `karpenter.k8s.aws` | NodePool, NodeClaim, EC2NodeClass |
 //!
 //! What every rule keeps to:
 //!
@@ -42,8 +47,13 @@
 //!
 //! Pure: no I/O.
 
+mod cluster_api;
 mod eck;
 mod gardener;
+mod grafana;
+mod karmada;
+mod karpenter;
+mod minio;
 mod openshift;
 mod sealed_secrets;
 mod snapshots;
@@ -168,6 +178,18 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             | "Logstash" | "ElasticMapsServer" | "PackageRegistry" => eck::assess(obj),
             _ => return None,
         },
+        "minio.min.io" if kind == "Tenant" => minio::tenant(obj),
+        "cluster.x-k8s.io" | "addons.cluster.x-k8s.io" => return cluster_api::assess(obj),
+        "work.karmada.io" => match kind {
+            "ResourceBinding" | "ClusterResourceBinding" => karmada::binding(obj),
+            _ => return None,
+        },
+        "grafana.integreatly.org" => match kind {
+            "Grafana" => grafana::grafana(obj),
+            k if grafana::GRAFANA_SYNCED_KINDS.contains(&k) => grafana::synchronized(obj),
+            _ => return None,
+        },
+        "karpenter.sh" | "karpenter.k8s.aws" => return karpenter::assess(obj),
         _ => return None,
     })
 }
