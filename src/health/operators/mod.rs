@@ -22,6 +22,7 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | 3scale operator | `capabilities.3scale.net`, `apps.3scale.net` | Product, Backend, ActiveDoc, Application, ApplicationAuth, CustomPolicyDefinition, DeveloperAccount, DeveloperUser, OpenAPI, ProxyConfigPromote, Tenant, APIManager |
 //!
 //! What every rule keeps to:
 //!
@@ -42,6 +43,8 @@ use serde_json::{Map, Value};
 use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
+
+mod threescale;
 
 /// One entry of a `conditions` list.
 type Cond = Map<String, Value>;
@@ -144,6 +147,21 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
+        "capabilities.3scale.net" => match kind {
+            "Product"
+            | "Backend"
+            | "ActiveDoc"
+            | "Application"
+            | "ApplicationAuth"
+            | "CustomPolicyDefinition"
+            | "DeveloperAccount"
+            | "DeveloperUser"
+            | "OpenAPI"
+            | "ProxyConfigPromote"
+            | "Tenant" => threescale::capability(obj),
+            _ => return None,
+        },
+        "apps.3scale.net" if kind == "APIManager" => threescale::api_manager(obj),
         _ => return None,
     })
 }
