@@ -23,6 +23,8 @@
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
 //! | 3scale operator | `capabilities.3scale.net`, `apps.3scale.net` | Product, Backend, ActiveDoc, Application, ApplicationAuth, CustomPolicyDefinition, DeveloperAccount, DeveloperUser, OpenAPI, ProxyConfigPromote, Tenant, APIManager |
+//! | Numaflow | `numaflow.numaproj.io` | Pipeline, Vertex, MonoVertex, InterStepBufferService |
+//! | Numaplane | `numaplane.numaproj.io` | PipelineRollout, MonoVertexRollout, ISBServiceRollout, NumaflowControllerRollout |
 //!
 //! What every rule keeps to:
 //!
@@ -44,6 +46,7 @@ use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
+mod numaflow;
 mod threescale;
 
 /// One entry of a `conditions` list.
@@ -162,6 +165,19 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "apps.3scale.net" if kind == "APIManager" => threescale::api_manager(obj),
+        "numaflow.numaproj.io" => match kind {
+            "Pipeline" | "Vertex" | "MonoVertex" | "InterStepBufferService" => {
+                numaflow::numaflow(obj)
+            }
+            _ => return None,
+        },
+        "numaplane.numaproj.io" => match kind {
+            "PipelineRollout"
+            | "MonoVertexRollout"
+            | "ISBServiceRollout"
+            | "NumaflowControllerRollout" => numaflow::numaplane(obj),
+            _ => return None,
+        },
         _ => return None,
     })
 }
