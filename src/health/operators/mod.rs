@@ -25,6 +25,7 @@
 //! | 3scale operator | `capabilities.3scale.net`, `apps.3scale.net` | Product, Backend, ActiveDoc, Application, ApplicationAuth, CustomPolicyDefinition, DeveloperAccount, DeveloperUser, OpenAPI, ProxyConfigPromote, Tenant, APIManager |
 //! | Numaflow | `numaflow.numaproj.io` | Pipeline, Vertex, MonoVertex, InterStepBufferService |
 //! | Numaplane | `numaplane.numaproj.io` | PipelineRollout, MonoVertexRollout, ISBServiceRollout, NumaflowControllerRollout |
+//! | Open Cluster Management | `policy.open-cluster-management.io` | Policy, ConfigurationPolicy, CertificatePolicy, OperatorPolicy |
 //!
 //! What every rule keeps to:
 //!
@@ -47,6 +48,7 @@ use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
 mod numaflow;
+mod ocm;
 mod threescale;
 
 /// One entry of a `conditions` list.
@@ -176,6 +178,12 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             | "MonoVertexRollout"
             | "ISBServiceRollout"
             | "NumaflowControllerRollout" => numaflow::numaplane(obj),
+            _ => return None,
+        },
+        "policy.open-cluster-management.io" => match kind {
+            "Policy" => ocm::policy(obj),
+            "ConfigurationPolicy" | "CertificatePolicy" => ocm::configuration_policy(obj),
+            "OperatorPolicy" => ocm::operator_policy(obj),
             _ => return None,
         },
         _ => return None,
