@@ -32,6 +32,10 @@
 //! | Karmada | `work.karmada.io` | ResourceBinding, ClusterResourceBinding |
 //! | Grafana Operator | `grafana.integreatly.org` | Grafana, GrafanaDashboard, GrafanaDatasource, GrafanaFolder, GrafanaAlertRuleGroup, GrafanaContactPoint, GrafanaLibraryPanel, GrafanaMuteTiming, GrafanaNotificationPolicy, GrafanaNotificationTemplate, GrafanaManifest, GrafanaServiceAccount |
 //! | Karpenter | `karpenter.sh`, `karpenter.k8s.aws` | NodePool, NodeClaim, EC2NodeClass |
+//! | 3scale operator | `capabilities.3scale.net`, `apps.3scale.net` | Product, Backend, ActiveDoc, Application, ApplicationAuth, CustomPolicyDefinition, DeveloperAccount, DeveloperUser, OpenAPI, ProxyConfigPromote, Tenant, APIManager |
+//! | Numaflow | `numaflow.numaproj.io` | Pipeline, Vertex, MonoVertex, InterStepBufferService |
+//! | Numaplane | `numaplane.numaproj.io` | PipelineRollout, MonoVertexRollout, ISBServiceRollout, NumaflowControllerRollout |
+//! | Open Cluster Management | `policy.open-cluster-management.io` | Policy, ConfigurationPolicy, CertificatePolicy, OperatorPolicy |
 //!
 //! What every rule keeps to:
 //!
@@ -54,9 +58,12 @@ mod grafana;
 mod karmada;
 mod karpenter;
 mod minio;
+mod numaflow;
+mod ocm;
 mod openshift;
 mod sealed_secrets;
 mod snapshots;
+mod threescale;
 
 use serde_json::{Map, Value};
 
@@ -190,6 +197,40 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "karpenter.sh" | "karpenter.k8s.aws" => return karpenter::assess(obj),
+        "capabilities.3scale.net" => match kind {
+            "Product"
+            | "Backend"
+            | "ActiveDoc"
+            | "Application"
+            | "ApplicationAuth"
+            | "CustomPolicyDefinition"
+            | "DeveloperAccount"
+            | "DeveloperUser"
+            | "OpenAPI"
+            | "ProxyConfigPromote"
+            | "Tenant" => threescale::capability(obj),
+            _ => return None,
+        },
+        "apps.3scale.net" if kind == "APIManager" => threescale::api_manager(obj),
+        "numaflow.numaproj.io" => match kind {
+            "Pipeline" | "Vertex" | "MonoVertex" | "InterStepBufferService" => {
+                numaflow::numaflow(obj)
+            }
+            _ => return None,
+        },
+        "numaplane.numaproj.io" => match kind {
+            "PipelineRollout"
+            | "MonoVertexRollout"
+            | "ISBServiceRollout"
+            | "NumaflowControllerRollout" => numaflow::numaplane(obj),
+            _ => return None,
+        },
+        "policy.open-cluster-management.io" => match kind {
+            "Policy" => ocm::policy(obj),
+            "ConfigurationPolicy" | "CertificatePolicy" => ocm::configuration_policy(obj),
+            "OperatorPolicy" => ocm::operator_policy(obj),
+            _ => return None,
+        },
         _ => return None,
     })
 }
