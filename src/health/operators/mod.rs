@@ -22,6 +22,9 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | OpenKruise | `apps.kruise.io` | CloneSet, StatefulSet (Advanced StatefulSet), DaemonSet (Advanced DaemonSet), AdvancedCronJob, BroadcastJob |
+//! | Kruise Rollout | `rollouts.kruise.io` | Rollout |
+//! | OpenKruiseGame | `game.kruise.io` | GameServer, GameServerSet |
 //!
 //! What every rule keeps to:
 //!
@@ -38,6 +41,8 @@
 //! Pure: no I/O.
 
 use serde_json::{Map, Value};
+
+mod kruise;
 
 use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
@@ -144,6 +149,20 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "gloo.solo.io" | "gateway.solo.io" | "enterprise.gloo.solo.io" => solo_kit(obj),
+        "apps.kruise.io" => match kind {
+            "CloneSet" => kruise::cloneset(obj),
+            "StatefulSet" => kruise::statefulset(obj),
+            "DaemonSet" => kruise::daemonset(obj),
+            "AdvancedCronJob" => kruise::advanced_cronjob(obj),
+            "BroadcastJob" => kruise::broadcast_job(obj),
+            _ => return None,
+        },
+        "rollouts.kruise.io" if kind == "Rollout" => kruise::kruise_rollout(obj),
+        "game.kruise.io" => match kind {
+            "GameServer" => kruise::game_server(obj),
+            "GameServerSet" => kruise::game_server_set(obj),
+            _ => return None,
+        },
         _ => return None,
     })
 }
@@ -2180,6 +2199,8 @@ mod tests {
             ("kafka.strimzi.io/v1beta2", "KafkaSomethingNew"),
             ("example.com/v1", "Widget"),
             ("acid.zalan.do/v1", "OperatorConfiguration"),
+            ("apps.kruise.io/v1alpha1", "SidecarSet"),
+            ("rollouts.kruise.io/v1beta1", "BatchRelease"),
         ] {
             let o =
                 obj(json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}));
