@@ -25,6 +25,8 @@
 //! | OpenKruise | `apps.kruise.io` | CloneSet, StatefulSet (Advanced StatefulSet), DaemonSet (Advanced DaemonSet), AdvancedCronJob, BroadcastJob |
 //! | Kruise Rollout | `rollouts.kruise.io` | Rollout |
 //! | OpenKruiseGame | `game.kruise.io` | GameServer, GameServerSet |
+//! | RabbitMQ Cluster Operator | `rabbitmq.com` | RabbitmqCluster |
+//! | RabbitMQ Messaging Topology Operator | `rabbitmq.com` | Queue, Exchange, Binding, User, Vhost, Policy, OperatorPolicy, Permission, TopicPermission, Federation, Shovel, SchemaReplication, SuperStream |
 //!
 //! What every rule keeps to:
 //!
@@ -43,6 +45,7 @@
 use serde_json::{Map, Value};
 
 mod kruise;
+mod rabbitmq;
 
 use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
@@ -161,6 +164,13 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
         "game.kruise.io" => match kind {
             "GameServer" => kruise::game_server(obj),
             "GameServerSet" => kruise::game_server_set(obj),
+            _ => return None,
+        },
+        "rabbitmq.com" => match kind {
+            "RabbitmqCluster" => rabbitmq::cluster(obj),
+            "Queue" | "Exchange" | "Binding" | "User" | "Vhost" | "Policy" | "OperatorPolicy"
+            | "Permission" | "TopicPermission" | "Federation" | "Shovel" | "SchemaReplication"
+            | "SuperStream" => rabbitmq::topology(obj),
             _ => return None,
         },
         _ => return None,
@@ -2201,6 +2211,7 @@ mod tests {
             ("acid.zalan.do/v1", "OperatorConfiguration"),
             ("apps.kruise.io/v1alpha1", "SidecarSet"),
             ("rollouts.kruise.io/v1beta1", "BatchRelease"),
+            ("rabbitmq.com/v1beta1", "SomethingNew"),
         ] {
             let o =
                 obj(json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}));
