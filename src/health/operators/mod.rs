@@ -36,6 +36,11 @@
 //! | Numaflow | `numaflow.numaproj.io` | Pipeline, Vertex, MonoVertex, InterStepBufferService |
 //! | Numaplane | `numaplane.numaproj.io` | PipelineRollout, MonoVertexRollout, ISBServiceRollout, NumaflowControllerRollout |
 //! | Open Cluster Management | `policy.open-cluster-management.io` | Policy, ConfigurationPolicy, CertificatePolicy, OperatorPolicy |
+//! | OpenKruise | `apps.kruise.io` | CloneSet, StatefulSet (Advanced StatefulSet), DaemonSet (Advanced DaemonSet), AdvancedCronJob, BroadcastJob |
+//! | Kruise Rollout | `rollouts.kruise.io` | Rollout |
+//! | OpenKruiseGame | `game.kruise.io` | GameServer, GameServerSet |
+//! | RabbitMQ Cluster Operator | `rabbitmq.com` | RabbitmqCluster |
+//! | RabbitMQ Messaging Topology Operator | `rabbitmq.com` | Queue, Exchange, Binding, User, Vhost, Policy, OperatorPolicy, Permission, TopicPermission, Federation, Shovel, SchemaReplication, SuperStream |
 //!
 //! What every rule keeps to:
 //!
@@ -57,10 +62,12 @@ mod gardener;
 mod grafana;
 mod karmada;
 mod karpenter;
+mod kruise;
 mod minio;
 mod numaflow;
 mod ocm;
 mod openshift;
+mod rabbitmq;
 mod sealed_secrets;
 mod snapshots;
 mod threescale;
@@ -229,6 +236,27 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             "Policy" => ocm::policy(obj),
             "ConfigurationPolicy" | "CertificatePolicy" => ocm::configuration_policy(obj),
             "OperatorPolicy" => ocm::operator_policy(obj),
+            _ => return None,
+        },
+        "apps.kruise.io" => match kind {
+            "CloneSet" => kruise::cloneset(obj),
+            "StatefulSet" => kruise::statefulset(obj),
+            "DaemonSet" => kruise::daemonset(obj),
+            "AdvancedCronJob" => kruise::advanced_cronjob(obj),
+            "BroadcastJob" => kruise::broadcast_job(obj),
+            _ => return None,
+        },
+        "rollouts.kruise.io" if kind == "Rollout" => kruise::kruise_rollout(obj),
+        "game.kruise.io" => match kind {
+            "GameServer" => kruise::game_server(obj),
+            "GameServerSet" => kruise::game_server_set(obj),
+            _ => return None,
+        },
+        "rabbitmq.com" => match kind {
+            "RabbitmqCluster" => rabbitmq::cluster(obj),
+            "Queue" | "Exchange" | "Binding" | "User" | "Vhost" | "Policy" | "OperatorPolicy"
+            | "Permission" | "TopicPermission" | "Federation" | "Shovel" | "SchemaReplication"
+            | "SuperStream" => rabbitmq::topology(obj),
             _ => return None,
         },
         _ => return None,
@@ -2267,6 +2295,9 @@ mod tests {
             ("kafka.strimzi.io/v1beta2", "KafkaSomethingNew"),
             ("example.com/v1", "Widget"),
             ("acid.zalan.do/v1", "OperatorConfiguration"),
+            ("apps.kruise.io/v1alpha1", "SidecarSet"),
+            ("rollouts.kruise.io/v1beta1", "BatchRelease"),
+            ("rabbitmq.com/v1beta1", "SomethingNew"),
         ] {
             let o =
                 obj(json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}));
