@@ -36,6 +36,7 @@
 //! | Numaflow | `numaflow.numaproj.io` | Pipeline, Vertex, MonoVertex, InterStepBufferService |
 //! | Numaplane | `numaplane.numaproj.io` | PipelineRollout, MonoVertexRollout, ISBServiceRollout, NumaflowControllerRollout |
 //! | Open Cluster Management | `policy.open-cluster-management.io` | Policy, ConfigurationPolicy, CertificatePolicy, OperatorPolicy |
+//! | Koperator (`koperator.rs`) | `kafka.banzaicloud.io` | KafkaCluster |
 //! | OpenKruise | `apps.kruise.io` | CloneSet, StatefulSet (Advanced StatefulSet), DaemonSet (Advanced DaemonSet), AdvancedCronJob, BroadcastJob |
 //! | Kruise Rollout | `rollouts.kruise.io` | Rollout |
 //! | OpenKruiseGame | `game.kruise.io` | GameServer, GameServerSet |
@@ -62,6 +63,7 @@ mod gardener;
 mod grafana;
 mod karmada;
 mod karpenter;
+mod koperator;
 mod kruise;
 mod minio;
 mod numaflow;
@@ -247,6 +249,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             _ => return None,
         },
         "rollouts.kruise.io" if kind == "Rollout" => kruise::kruise_rollout(obj),
+        "kafka.banzaicloud.io" if kind == "KafkaCluster" => koperator::kafka_cluster(obj),
         "game.kruise.io" => match kind {
             "GameServer" => kruise::game_server(obj),
             "GameServerSet" => kruise::game_server_set(obj),
