@@ -22,6 +22,8 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | Argo CD | `argoproj.io` | ApplicationSet |
+//! | GitOps Promoter | `promoter.argoproj.io` | PromotionStrategy, ChangeTransferPolicy, PullRequest, CommitStatus, ArgoCDCommitStatus, GitCommitStatus, TimedCommitStatus, WebRequestCommitStatus, ScheduledCommitStatus, GitRepository, ScmProvider, ClusterScmProvider, ControllerConfiguration |
 //!
 //! What every rule keeps to:
 //!
@@ -43,6 +45,9 @@ use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
 use crate::object::Object;
 
+mod argocd;
+mod promoter;
+
 /// One entry of a `conditions` list.
 type Cond = Map<String, Value>;
 
@@ -62,8 +67,10 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             "Rollout" => rollout(obj),
             "AnalysisRun" | "Experiment" => analysis_run(obj),
             "Workflow" => workflow(obj),
+            "ApplicationSet" => argocd::application_set(obj),
             _ => return None,
         },
+        "promoter.argoproj.io" => return promoter::assess(obj),
         "pkg.crossplane.io" => match kind {
             "Provider" | "Configuration" | "Function" => crossplane_package(obj),
             "ProviderRevision" | "ConfigurationRevision" | "FunctionRevision" => {
@@ -2180,6 +2187,7 @@ mod tests {
             ("kafka.strimzi.io/v1beta2", "KafkaSomethingNew"),
             ("example.com/v1", "Widget"),
             ("acid.zalan.do/v1", "OperatorConfiguration"),
+            ("promoter.argoproj.io/v1alpha1", "RevertCommit"),
         ] {
             let o =
                 obj(json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}));
