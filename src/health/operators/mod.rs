@@ -277,9 +277,14 @@ fn find<'a>(conds: &[&'a Cond], type_: &str) -> Option<&'a Cond> {
         .find(|c| cstr(c, "type") == type_)
 }
 
-/// A condition's `status`.
+/// A condition's `status`: `True`, `False` or `Unknown`; a YAML boolean (hand-written objects,
+/// test data) reads as its text, as the generic rules read it.
 fn state(c: &Cond) -> &str {
-    cstr(c, "status")
+    match c.get("status") {
+        Some(Value::Bool(true)) => "True",
+        Some(Value::Bool(false)) => "False",
+        _ => cstr(c, "status"),
+    }
 }
 
 /// Whether a condition of this type is there with this status.
@@ -2206,6 +2211,18 @@ mod tests {
         let a = assess(&o).unwrap();
         assert_eq!(a.health, Health::Degraded, "{}", a.message);
         assert!(a.message.contains("ConfigError"), "{}", a.message);
+    }
+
+    #[test]
+    fn a_condition_status_written_as_a_yaml_boolean_reads_as_its_text() {
+        let o = obj(
+            json!({"apiVersion": "promoter.argoproj.io/v1alpha1", "kind": "GitRepository",
+            "metadata": {"name": "deploy", "generation": 1},
+            "status": {"conditions": [{"type": "Ready", "status": true, "observedGeneration": 1}]}}),
+        );
+        let a = assess(&o).unwrap();
+        assert_eq!(a.health, Health::Healthy, "{}", a.message);
+        assert_eq!(a.message, "Ready=True");
     }
 
     #[test]
