@@ -136,7 +136,8 @@ fn controller_configuration(obj: &Object) -> Assessment {
 
 /// CommitStatus: a commit status the promoter sets on a commit in the SCM. Its
 /// `spec.phase`/`status.phase` (`pending`, `success`, `failure`) is the status it *reports* on
-/// `status.sha`, a gate's verdict on that commit, not the object's health: once reconciled
+/// `status.sha`, a verdict decided elsewhere (by a [`gate`], which shows it, or by whatever
+/// writes the CommitStatus), not the object's health: once reconciled
 /// ([`reconciled`]: `Ready=False` is a failure to set it in the SCM) it is `Healthy` whatever
 /// the phase, and the message names the phase.
 ///
@@ -161,45 +162,56 @@ fn commit_status(obj: &Object) -> Assessment {
     }
 }
 
-/// The gates that publish a commit status per environment: GitCommitStatus (an expression on
+/// The gates that decide a commit status per environment: GitCommitStatus (an expression on
 /// the commit), TimedCommitStatus (a soak time), WebRequestCommitStatus (an HTTP check) and
-/// ScheduledCommitStatus (deployment windows). Each writes, per environment branch
-/// (`status.environments[].phase`, or `status.promotionStrategyContext.phasePerBranch[]`), the
-/// phase of the CommitStatus it reports: like a [`commit_status`]'s, the gate's verdict on a
-/// commit, not the gate's own health. A reconciled gate ([`reconciled`]: errors, such as an
-/// expression that does not compile, are `Ready=False`) is `Healthy`, and the message lists the
-/// phases.
+/// ScheduledCommitStatus (deployment windows). Read by [`reconciled`] (errors, such as a
+/// PromotionStrategy that does not exist, are `Ready=False`); then by the phase each writes per
+/// environment branch, `status.environments[].phase` or (a WebRequestCommitStatus of context
+/// `promotionstrategy`) `status.promotionStrategyContext.phasePerBranch[].phase`: the gate's own
+/// verdict, which its CommitStatus relays to the SCM. A `failure` (the expression evaluated to
+/// false, the web check answered failure) is `Degraded`: the gate found the commit failing and
+/// holds its promotion; `pending` (soaking, waiting for an approval, outside a window) is
+/// `Progressing`; `success` everywhere, or no environment yet, is `Healthy`. The message lists
+/// every branch's phase.
 ///
-/// Argo CD's checks read a `failure` phase as `Degraded` and `pending` as `Progressing`; here
-/// they are not, since a gate that withholds or refuses a promotion does its job (a
-/// TimedCommitStatus is `pending` for its whole soak time), and what the gate decides shows on
-/// the PromotionStrategy it gates.
+/// Unlike a [`commit_status`], which only relays a phase decided elsewhere, a gate's phase is
+/// what its own status says of the commit, so a `failure` is never `Healthy` here; the same
+/// reading as Argo CD's checks (`promoter.argoproj.io/*CommitStatus/health.lua`), which have
+/// none for ScheduledCommitStatus.
 ///
 /// Follows gitops-promoter `api/v1alpha1/gitcommitstatus_types.go` (`Phase`: "failure:
-/// expression evaluated to false"), `timedcommitstatus_types.go`, `webrequestcommitstatus_types.go`,
-/// `scheduledcommitstatus_types.go` and `internal/controller/gitcommitstatus_controller.go`
-/// (`evaluateExpression`).
+/// expression evaluated to false"), `timedcommitstatus_types.go`, `webrequestcommitstatus_types.go`
+/// (`Phase`, `PhasePerBranch`), `scheduledcommitstatus_types.go` and
+/// `internal/controller/gitcommitstatus_controller.go` (`evaluateExpression`).
 fn gate(obj: &Object) -> Assessment {
     let ready = match reconciled(obj) {
         Ok(c) => c,
         Err(a) => return a,
     };
-    let mut phases: Vec<String> = Vec::new();
+    let mut phases: Vec<(&str, &str)> = Vec::new();
     for list in [
         &["status", "environments"][..],
         &["status", "promotionStrategyContext", "phasePerBranch"],
     ] {
         for e in conditions_in(value(obj, list)) {
-            phases.push(format!("{} {}", cstr(e, "branch"), cstr(e, "phase")));
+            phases.push((cstr(e, "branch"), cstr(e, "phase")));
         }
     }
     if phases.is_empty() {
         return verdict(Health::Healthy, say(ready));
     }
-    verdict(
-        Health::Healthy,
-        format!("{}; reports {}", say(ready), phases.join(", ")),
-    )
+    let health = if phases.iter().any(|(_, p)| *p == "failure") {
+        Health::Degraded
+    } else if phases.iter().any(|(_, p)| *p != "success") {
+        Health::Progressing
+    } else {
+        Health::Healthy
+    };
+    let list = phases
+        .iter()
+        .map(|(b, p)| format!("{b} {}", if p.is_empty() { "pending" } else { p }))
+        .collect::<Vec<_>>();
+    verdict(health, format!("reports {}", list.join(", ")))
 }
 
 /// ArgoCDCommitStatus: reports the health of the Argo CD Applications its
@@ -207,8 +219,11 @@ fn gate(obj: &Object) -> Assessment {
 /// [`reconciled`]; then an empty `status.applicationsSelected` is `Degraded`: it selects no
 /// Application, so it gates nothing (since promoter v0.23.0 the controller fails the
 /// reconciliation with "no Argo CD Applications found matching selector"; before, it reported
-/// `Ready=True` with no application); otherwise `Healthy`, whatever the applications' phases
-/// (what it reports, as for a [`commit_status`]).
+/// `Ready=True` with no application); otherwise `Healthy`, whatever the applications' phases:
+/// they relay the Argo CD Applications' health (`success` when every one of an environment is
+/// `Healthy` on the branch's commit, `failure` when every one is `Degraded`), which the
+/// Applications show themselves; the message names those not `success`. Argo CD's check reads
+/// it the same way.
 ///
 /// Follows gitops-promoter `api/v1alpha1/argocdcommitstatus_types.go`
 /// (`ApplicationsSelected`) and `internal/controller/argocdcommitstatus_controller.go`.
