@@ -22,6 +22,8 @@
 //! | Velero | `velero.io` | Backup, Restore, Schedule, BackupStorageLocation, VolumeSnapshotLocation |
 //! | Tekton | `tekton.dev` | PipelineRun, TaskRun, CustomRun |
 //! | Kyverno | `kyverno.io` | ClusterPolicy, Policy |
+//! | Argo CD (`argocd.rs`) | `argoproj.io` | ApplicationSet |
+//! | GitOps Promoter (`promoter.rs`) | `promoter.argoproj.io` | PromotionStrategy, ChangeTransferPolicy, PullRequest, CommitStatus, ArgoCDCommitStatus, GitCommitStatus, TimedCommitStatus, WebRequestCommitStatus, ScheduledCommitStatus, GitRepository, ScmProvider, ClusterScmProvider, ControllerConfiguration |
 //! | Gardener (`gardener.rs`) | `core.gardener.cloud` | Shoot |
 //! | OpenShift (`openshift.rs`) | `apps.openshift.io`, `route.openshift.io` | DeploymentConfig, Route |
 //! | Sealed Secrets (`sealed_secrets.rs`) | `bitnami.com` | SealedSecret |
@@ -57,6 +59,7 @@
 //!
 //! Pure: no I/O.
 
+mod argocd;
 mod cluster_api;
 mod eck;
 mod gardener;
@@ -69,6 +72,7 @@ mod minio;
 mod numaflow;
 mod ocm;
 mod openshift;
+mod promoter;
 mod rabbitmq;
 mod sealed_secrets;
 mod snapshots;
@@ -99,8 +103,10 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
             "Rollout" => rollout(obj),
             "AnalysisRun" | "Experiment" => analysis_run(obj),
             "Workflow" => workflow(obj),
+            "ApplicationSet" => argocd::application_set(obj),
             _ => return None,
         },
+        "promoter.argoproj.io" => return promoter::assess(obj),
         "pkg.crossplane.io" => match kind {
             "Provider" | "Configuration" | "Function" => crossplane_package(obj),
             "ProviderRevision" | "ConfigurationRevision" | "FunctionRevision" => {
@@ -388,9 +394,14 @@ fn find<'a>(conds: &[&'a Cond], type_: &str) -> Option<&'a Cond> {
         .find(|c| cstr(c, "type") == type_)
 }
 
-/// A condition's `status`.
+/// A condition's `status`: `True`, `False` or `Unknown`; a YAML boolean (hand-written objects,
+/// test data) reads as its text, as the generic rules read it.
 fn state(c: &Cond) -> &str {
-    cstr(c, "status")
+    match c.get("status") {
+        Some(Value::Bool(true)) => "True",
+        Some(Value::Bool(false)) => "False",
+        _ => cstr(c, "status"),
+    }
 }
 
 /// Whether a condition of this type is there with this status.
@@ -2298,6 +2309,7 @@ mod tests {
             ("kafka.strimzi.io/v1beta2", "KafkaSomethingNew"),
             ("example.com/v1", "Widget"),
             ("acid.zalan.do/v1", "OperatorConfiguration"),
+            ("promoter.argoproj.io/v1alpha1", "RevertCommit"),
             ("apps.kruise.io/v1alpha1", "SidecarSet"),
             ("rollouts.kruise.io/v1beta1", "BatchRelease"),
             ("rabbitmq.com/v1beta1", "SomethingNew"),
@@ -2319,6 +2331,18 @@ mod tests {
         let a = assess(&o).unwrap();
         assert_eq!(a.health, Health::Degraded, "{}", a.message);
         assert!(a.message.contains("ConfigError"), "{}", a.message);
+    }
+
+    #[test]
+    fn a_condition_status_written_as_a_yaml_boolean_reads_as_its_text() {
+        let o = obj(
+            json!({"apiVersion": "promoter.argoproj.io/v1alpha1", "kind": "GitRepository",
+            "metadata": {"name": "deploy", "generation": 1},
+            "status": {"conditions": [{"type": "Ready", "status": true, "observedGeneration": 1}]}}),
+        );
+        let a = assess(&o).unwrap();
+        assert_eq!(a.health, Health::Healthy, "{}", a.message);
+        assert_eq!(a.message, "Ready=True");
     }
 
     #[test]
