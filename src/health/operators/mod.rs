@@ -2298,6 +2298,108 @@ mod tests {
         Object::from_value(v).unwrap()
     }
 
+    /// Every group and kind with fixtures in `tests/data/health/builtin/<group>/<Kind>/`.
+    fn kinds_with_fixtures() -> Vec<(String, String)> {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/health/builtin");
+        let mut out = Vec::new();
+        for g in std::fs::read_dir(&root).unwrap().flatten() {
+            for k in std::fs::read_dir(g.path()).unwrap().flatten() {
+                out.push((
+                    g.file_name().to_string_lossy().into_owned(),
+                    k.file_name().to_string_lossy().into_owned(),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Any JSON value, a few levels deep, with keys and strings drawn from the words statuses
+    /// use, so that the rules' readers meet their own fields with unexpected types and values.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let words = proptest::sample::select(vec![
+            "status",
+            "type",
+            "reason",
+            "message",
+            "phase",
+            "state",
+            "health",
+            "conditions",
+            "Ready",
+            "True",
+            "False",
+            "Unknown",
+            "replicas",
+            "readyReplicas",
+            "observedGeneration",
+            "currentState",
+            "ingress",
+            "environments",
+            "brokersState",
+            "lastOperation",
+            "availableNodes",
+            "expectedNodes",
+            "statuses",
+            "applicationStatus",
+            "red",
+            "0/2",
+            "Failed",
+            "Running",
+            "",
+            "é✓",
+            "aggregatedStatus",
+            "compliant",
+            "NonCompliant",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            words.clone().prop_map(|w| json!(w)),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(words.clone(), inner, 0..6).prop_map(|m| {
+                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// No operator rule panics, whatever the object's spec, status and labels hold: each
+        /// kind that has fixtures gets statuses of any shape.
+        #[test]
+        fn every_operator_rule_reads_any_status_without_panicking(
+            spec in any_value(),
+            status in any_value(),
+            labels in any_value(),
+            generation in proptest::option::of(0i64..5),
+        ) {
+            for (group, kind) in kinds_with_fixtures() {
+                let mut meta = json!({"name": "x", "namespace": "n"});
+                if let Some(g) = generation {
+                    meta["generation"] = json!(g);
+                }
+                if labels.is_object() {
+                    meta["labels"] = json!({"shoot.gardener.cloud/status": labels.clone()});
+                }
+                let o = obj(json!({
+                    "apiVersion": format!("{group}/v1"), "kind": kind,
+                    "metadata": meta, "spec": spec.clone(), "status": status.clone(),
+                }));
+                let _ = assess(&o);
+            }
+        }
+    }
+
     #[test]
     fn kinds_without_a_rule_are_left_to_the_generic_rules() {
         for (api_version, kind) in [
