@@ -684,10 +684,19 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(code, Some(0), "SIGINT stops cleanly too: {log}");
     let lines: Vec<&str> = log.lines().collect();
     assert!(lines.len() >= 3, "{log}");
+    let mut transitions = 0;
     for l in lines {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
         assert!(v["fields"]["message"].is_string(), "{l}");
+        // The event's text stays `message`; the condition's own message is `detail` (a second
+        // `message` key would hide the event's text from every JSON reader).
+        if v["fields"]["message"] == "Condition changed" {
+            transitions += 1;
+            assert!(v["fields"]["detail"].is_string(), "{l}");
+            assert_eq!(l.matches("\"message\"").count(), 1, "{l}");
+        }
     }
+    assert!(transitions > 0, "no condition transition logged: {log}");
 }
 
 #[test]

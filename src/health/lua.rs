@@ -227,6 +227,9 @@ enum Failure {
     NotATable(&'static str),
     /// The state could not be set up (the object could not be passed to Lua).
     Setup(String),
+    /// The script returned a status outside the six: the value as the message shows it (a
+    /// string quoted and cut to 64 bytes, or another value's Lua type name).
+    InvalidStatus(String),
 }
 
 impl LuaCheck {
@@ -322,7 +325,9 @@ impl LuaCheck {
     /// with an empty one): the caller goes on to its next rules. `Some` with the script's status
     /// and message (`""` when it gives none; a number is written as Lua writes it). `Unknown`
     /// when the script fails:
-    /// - a status outside the six: `Lua returned an invalid health status` (Argo CD's text);
+    /// - a status outside the six: `... Lua returned an invalid health status ("Fine"; one of
+    ///   ...)` (Argo CD's text, with the value returned: a string quoted and cut to 64
+    ///   characters, or the Lua type of another value; not shown for a Secret);
     /// - a value other than a table or `nil`: `... expect table output from Lua script, not
     ///   <type>` (Argo CD's text, with Lua's type name);
     /// - a runtime error: its first line and the script's line, without the stack traceback;
@@ -349,6 +354,13 @@ impl LuaCheck {
                 )
             }
             Failure::Setup(e) => format!("Lua health check {origin} could not start: {e}"),
+            // The status may be a value of the object: not shown for a Secret.
+            Failure::InvalidStatus(_) if obj.is_secret() => {
+                format!("Lua health check {origin} failed: {INVALID_HEALTH_STATUS}")
+            }
+            Failure::InvalidStatus(shown) => format!(
+                "Lua health check {origin} failed: {INVALID_HEALTH_STATUS} ({shown}; one of Healthy, Progressing, Degraded, Suspended, Missing, Unknown)"
+            ),
             Failure::Error(e) => {
                 let (line, text) = split_place(&e, &self.chunk_name);
                 let at = line.map(|l| format!(" at line {l}")).unwrap_or_default();
@@ -427,30 +439,42 @@ impl LuaCheck {
             mlua::Value::Table(t) => t,
             other => return Err(Failure::NotATable(lua_type(&other))),
         };
-        verdict(&lua, &table).map_err(fail)
+        match verdict(&lua, &table).map_err(fail)? {
+            Verdict::Valid(v) => Ok(v),
+            Verdict::Invalid(shown) => Err(Failure::InvalidStatus(shown)),
+        }
     }
 }
 
+/// What a returned table says: a verdict (or none), or a status outside the six (how the
+/// message shows it).
+enum Verdict {
+    Valid(Option<Assessment>),
+    Invalid(String),
+}
+
 /// The verdict in a returned table (read raw: no metamethod runs).
-fn verdict(lua: &Lua, table: &Table) -> mlua::Result<Option<Assessment>> {
-    let invalid = Assessment {
-        health: Health::Unknown,
-        message: INVALID_HEALTH_STATUS.to_string(),
-    };
+fn verdict(lua: &Lua, table: &Table) -> mlua::Result<Verdict> {
     let status = match table.raw_get::<mlua::Value>("status")? {
-        mlua::Value::Nil => return Ok(None),
+        mlua::Value::Nil => return Ok(Verdict::Valid(None)),
         mlua::Value::String(s) => s.to_string_lossy(),
-        _ => return Ok(Some(invalid)),
+        other => return Ok(Verdict::Invalid(format!("a {}", lua_type(&other)))),
     };
     let health = match status.as_str() {
-        "" => return Ok(None),
+        "" => return Ok(Verdict::Valid(None)),
         "Healthy" => Health::Healthy,
         "Progressing" => Health::Progressing,
         "Degraded" => Health::Degraded,
         "Suspended" => Health::Suspended,
         "Missing" => Health::Missing,
         "Unknown" => Health::Unknown,
-        _ => return Ok(Some(invalid)),
+        other => {
+            let mut shown: String = other.chars().take(64).collect();
+            if shown.len() < other.len() {
+                shown.push_str("...");
+            }
+            return Ok(Verdict::Invalid(format!("{:?}", cut(shown))));
+        }
     };
     let message = match table.raw_get::<mlua::Value>("message")? {
         v @ (mlua::Value::String(_) | mlua::Value::Number(_) | mlua::Value::Integer(_)) => lua
@@ -459,10 +483,10 @@ fn verdict(lua: &Lua, table: &Table) -> mlua::Result<Option<Assessment>> {
             .unwrap_or_default(),
         _ => String::new(),
     };
-    Ok(Some(Assessment {
+    Ok(Verdict::Valid(Some(Assessment {
         health,
         message: cut(message),
-    }))
+    })))
 }
 
 /// A message cut to [`MAX_MESSAGE_BYTES`] (at a character boundary, marked `...`), with control
@@ -979,14 +1003,16 @@ mod tests {
 
     #[test]
     fn an_invalid_status_or_a_value_other_than_a_table_is_unknown() {
-        for script in [
-            r#"return {status = "Fine"}"#,
-            r#"return {status = "healthy"}"#,
-            "return {status = 1}",
+        for (script, shown) in [
+            (r#"return {status = "Fine"}"#, r#""Fine""#),
+            (r#"return {status = "healthy"}"#, r#""healthy""#),
+            ("return {status = 1}", "a number"),
         ] {
             assert_eq!(
                 check(script).assess(&plain()),
-                unknown("Lua returned an invalid health status"),
+                unknown(&format!(
+                    "Lua health check t failed: Lua returned an invalid health status ({shown}; one of Healthy, Progressing, Degraded, Suspended, Missing, Unknown)"
+                )),
                 "{script}"
             );
         }
@@ -1229,6 +1255,11 @@ mod tests {
             unknown(
                 "Lua health check t failed at line 2 (the error is not shown: it may quote this Secret's values)"
             )
+        );
+        // Nor a status of its values it returns.
+        assert_eq!(
+            check("return {status = obj.data.password}").assess(&secret),
+            unknown("Lua health check t failed: Lua returned an invalid health status")
         );
         // Its verdicts are the script's own.
         assert_eq!(

@@ -887,7 +887,10 @@ fn cel_assess(obj: &Object, exprs: [(Health, &CelExpr); 3]) -> Option<Assessment
             Ok(other) => {
                 return Some(Assessment::new(
                     Health::Unknown,
-                    format!("custom rule `{source}` gave {other:?}, not a boolean"),
+                    format!(
+                        "custom rule `{source}` gave {}, not a boolean",
+                        cel_shown(&other)
+                    ),
                 ));
             }
             Err(_) if obj.is_secret() => {
@@ -921,6 +924,26 @@ fn cel_type(v: &cel::Value) -> &'static str {
         cel::Value::Map(_) => "map",
         cel::Value::Null => "null",
         _ => "value of another type",
+    }
+}
+
+/// A CEL value as a message shows it: a number, boolean or null as CEL writes it, a string
+/// quoted and cut to 64 characters, any other value by its type (`a list`).
+fn cel_shown(v: &cel::Value) -> String {
+    match v {
+        cel::Value::Int(i) => i.to_string(),
+        cel::Value::UInt(u) => format!("{u}u"),
+        cel::Value::Float(f) => f.to_string(),
+        cel::Value::Bool(b) => b.to_string(),
+        cel::Value::Null => "null".to_string(),
+        cel::Value::String(s) => {
+            let mut shown: String = s.chars().take(64).collect();
+            if shown.len() < s.len() {
+                shown.push_str("...");
+            }
+            format!("the string {shown:?}")
+        }
+        other => format!("a {}", cel_type(other)),
     }
 }
 
@@ -1332,6 +1355,24 @@ mod tests {
         let a = assess(Some(&secret), &returns, &StatusKinds::none());
         assert!(a.message.contains("gave a string"), "{}", a.message);
         assert!(!a.message.contains("SUPERSECRET"), "{}", a.message);
+    }
+
+    #[test]
+    fn a_custom_rule_that_gives_no_boolean_says_what_it_gave() {
+        let widget = obj(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "status": {"conditions": [{}, {}], "phase": "Up"}}));
+        for (expr, shown) in [
+            ("status.conditions.size()", "gave 2, not a boolean"),
+            ("status.phase", "gave the string \"Up\", not a boolean"),
+            ("status.conditions", "gave a list, not a boolean"),
+        ] {
+            let rules = CustomRules::new(vec![
+                CustomRule::new("example.com", "Widget", Some(expr), None, None).unwrap(),
+            ]);
+            let a = assess(Some(&widget), &rules, &StatusKinds::none());
+            assert_eq!(a.health, Health::Unknown);
+            assert!(a.message.contains(shown), "{expr}: {}", a.message);
+        }
     }
 
     #[test]

@@ -1504,9 +1504,9 @@ impl App {
             if old.is_none_or(|o| o.status != c.status || o.reason != c.reason) {
                 let level_warn = conditions::is_warning(c);
                 if level_warn {
-                    tracing::warn!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
+                    tracing::warn!(condition = %c.type_, status = %c.status, reason = %c.reason, detail = %c.message, "Condition changed");
                 } else {
-                    tracing::info!(condition = %c.type_, status = %c.status, reason = %c.reason, message = %c.message, "Condition changed");
+                    tracing::info!(condition = %c.type_, status = %c.status, reason = %c.reason, detail = %c.message, "Condition changed");
                 }
             }
         }

@@ -1369,7 +1369,7 @@ impl KubeStore {
                     }
                     Ok(WatchEvent::Error(s)) => {
                         self.inner.cache.unsync(&kind);
-                        tracing::debug!(code = s.code, message = %s.message, "Watch error; restarting");
+                        tracing::debug!(code = s.code, detail = %s.message, "Watch error; restarting");
                         break;
                     }
                     Err(e) => {
