@@ -171,7 +171,7 @@ impl Metrics {
         );
         registry.register(
             "driftless_drift_reverted",
-            "Objects whose drift was reverted after the store's change feed reported it",
+            "Objects whose drift was reverted (found by the store's change feed or by a periodic pass)",
             drift_reverted.clone(),
         );
         registry.register(
