@@ -438,7 +438,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
             message,
         }
     })?;
-    validate(path, &config)?;
+    validate(path, text, &config)?;
     let base = path.parent().unwrap_or(Path::new("")).to_path_buf();
     let resolve = |p: &Path| {
         if p.is_absolute() {
@@ -550,7 +550,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Loaded, Error> {
     })
 }
 
-fn validate(path: &Path, config: &Config) -> Result<(), Error> {
+fn validate(path: &Path, text: &str, config: &Config) -> Result<(), Error> {
     let invalid = |loc: &serde_saphyr::Location, field: String, message: String| Error::Invalid {
         path: path.to_path_buf(),
         line: loc.line().max(1),
@@ -786,18 +786,53 @@ fn validate(path: &Path, config: &Config) -> Result<(), Error> {
                 && let Err(err) = cel::Program::compile(&e.value)
             {
                 let first = err.to_string();
-                return Err(invalid(
-                    &e.referenced,
-                    format!("health[{i}].{name}"),
-                    format!(
-                        "invalid CEL expression: {}",
-                        first.lines().next().unwrap_or_default()
-                    ),
-                ));
+                let first = first.lines().next().unwrap_or_default();
+                let message = format!("invalid CEL expression: {first}");
+                return Err(
+                    match cel_error_column(text, &e.referenced, &e.value, first) {
+                        Some(column) => Error::Invalid {
+                            path: path.to_path_buf(),
+                            line: e.referenced.line().max(1),
+                            column,
+                            field: format!("health[{i}].{name}"),
+                            message,
+                        },
+                        None => invalid(&e.referenced, format!("health[{i}].{name}"), message),
+                    },
+                );
             }
         }
     }
     Ok(())
+}
+
+/// The file column of a CEL parse error (`ERROR: <input>:1:C: ...`, C counted in characters
+/// from 1 in the expression) when the expression is written on one line as it reads (a plain
+/// scalar, or a quoted one without escapes): the scalar's column, past its quote, plus C less
+/// one. `None` otherwise (a folded or escaped scalar): the error then names where the
+/// expression starts, and its own `<input>` position.
+fn cel_error_column(
+    text: &str,
+    at: &serde_saphyr::Location,
+    expr: &str,
+    error: &str,
+) -> Option<u64> {
+    let inner = error.split("<input>:").nth(1)?;
+    let mut parts = inner.splitn(3, ':');
+    let (line, col): (u64, u64) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    if line != 1 || col == 0 || expr.contains('\n') {
+        return None;
+    }
+    let source_line = text
+        .lines()
+        .nth(usize::try_from(at.line().checked_sub(1)?).ok()?)?;
+    let start = usize::try_from(at.column().checked_sub(1)?).ok()?;
+    let rest: String = source_line.chars().skip(start).collect();
+    let quote = u64::from(rest.starts_with('"') || rest.starts_with('\''));
+    let written: String = rest.chars().skip(quote as usize).collect();
+    written
+        .starts_with(expr)
+        .then_some(at.column() + quote + col - 1)
 }
 
 /// True for `ssh://` URLs and scp-like `user@host:path`.
@@ -1820,6 +1855,20 @@ mod tests {
             cel.contains("health[0].healthy: invalid CEL expression"),
             "{cel}"
         );
+        // The column is where the parser stopped, in the file: on one line, quoted or plain.
+        for (text, at) in [
+            (
+                "health:\n- kind: Widget\n  healthy: \"status.phase == 'Up' &&\"\n",
+                ":3:36:",
+            ),
+            (
+                "health:\n- kind: Widget\n  healthy: (status.phase == 'Up'\n",
+                ":3:33:",
+            ),
+        ] {
+            let e = parse_str(text).unwrap_err().to_string();
+            assert!(e.contains(at), "{text}: {e}");
+        }
     }
 
     #[test]
