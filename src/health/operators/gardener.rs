@@ -14,7 +14,7 @@
 use serde_json::Value;
 
 use super::{
-    conditions, generation_lag, phase_message, say, state, status, str_at, true_at, verdict,
+    conditions, generation_lag, label, phase_message, say, state, status, str_at, true_at, verdict,
     waiting,
 };
 use crate::health::{Assessment, Health};
@@ -36,12 +36,7 @@ pub(super) fn shoot(obj: &Object) -> Assessment {
     let Some(st) = status(obj) else {
         return waiting("Gardener");
     };
-    let label = obj
-        .metadata()
-        .get("labels")
-        .and_then(|l| l.get("shoot.gardener.cloud/status"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let label = label(obj, "shoot.gardener.cloud/status").unwrap_or_default();
     let op_state = str_at(obj, &["status", "lastOperation", "state"]).unwrap_or_default();
     let op_type = str_at(obj, &["status", "lastOperation", "type"]).unwrap_or("operation");
     let op_said = || {

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::{
-    Assessment, Health, conditions, find, int_at, say, state, status, value, verdict, waiting,
+    Assessment, Health, conditions, find, generation_behind, say, state, status, value, verdict,
+    waiting,
 };
 use crate::object::Object;
 
@@ -102,14 +103,13 @@ pub(super) fn binding(obj: &Object) -> Assessment {
             );
         }
     }
-    if let Some(seen) = int_at(obj, &["status", "schedulerObservedGeneration"])
-        && seen < obj.generation() as i64
+    if let Some((seen, generation)) =
+        generation_behind(obj, &["status", "schedulerObservedGeneration"])
     {
         return verdict(
             Health::Progressing,
             format!(
-                "waiting for the Karmada scheduler to observe generation {} (observed {seen})",
-                obj.generation()
+                "waiting for the Karmada scheduler to observe generation {generation} (observed {seen})"
             ),
         );
     }

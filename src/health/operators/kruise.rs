@@ -41,6 +41,17 @@ fn scaled(v: &Value, total: i64, round_up: bool) -> Option<i64> {
     super::number(v)
 }
 
+/// `spec.updateStrategy.rollingUpdate.partition` (the Advanced StatefulSet and GameServerSet
+/// field), 0 when absent, held between 0 and `want`.
+fn rolling_partition(obj: &Object, want: i64) -> i64 {
+    int_at(
+        obj,
+        &["spec", "updateStrategy", "rollingUpdate", "partition"],
+    )
+    .unwrap_or(0)
+    .clamp(0, want.max(0))
+}
+
 /// The first of these paths that holds a value (a field that moved between API versions).
 fn first<'a>(obj: &'a Object, paths: &[&[&str]]) -> Option<&'a Value> {
     paths.iter().find_map(|p| value(obj, p))
@@ -361,12 +372,7 @@ pub(super) fn statefulset(obj: &Object) -> Assessment {
         }
     }
     let want = int_at(obj, &["spec", "replicas"]).unwrap_or(1);
-    let partition = int_at(
-        obj,
-        &["spec", "updateStrategy", "rollingUpdate", "partition"],
-    )
-    .unwrap_or(0)
-    .clamp(0, want.max(0));
+    let partition = rolling_partition(obj, want);
     let updated = count(obj, &["status", "updatedReplicas"]);
     workload(&Rollout {
         what: "Advanced StatefulSet",
@@ -982,12 +988,7 @@ pub(super) fn game_server_set(obj: &Object) -> Assessment {
     let want = int_at(obj, &["spec", "replicas"])
         .or_else(|| int_at(obj, &["status", "replicas"]))
         .unwrap_or(0);
-    let partition = int_at(
-        obj,
-        &["spec", "updateStrategy", "rollingUpdate", "partition"],
-    )
-    .unwrap_or(0)
-    .clamp(0, want.max(0));
+    let partition = rolling_partition(obj, want);
     let updated = count(obj, &["status", "updatedReplicas"]);
     workload(&Rollout {
         what: "GameServerSet",

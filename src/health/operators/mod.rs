@@ -430,17 +430,32 @@ fn waiting(operator: &str) -> Assessment {
     )
 }
 
-/// `Progressing` when `status.observedGeneration` (a number or a numeric string) is behind
-/// `metadata.generation`: the controller has not seen the latest spec.
-fn generation_lag(obj: &Object) -> Option<Assessment> {
-    let seen = int_at(obj, &["status", "observedGeneration"])?;
+/// `Some((seen, generation))` when the generation at `path` (a number or a numeric string:
+/// `status.observedGeneration`, or a controller's own field such as Karmada's
+/// `status.schedulerObservedGeneration`) is behind `metadata.generation`; `None` when it caught
+/// up or is absent.
+fn generation_behind(obj: &Object, path: &[&str]) -> Option<(i64, i64)> {
+    let seen = int_at(obj, path)?;
     let generation = obj.generation() as i64;
-    (seen < generation).then(|| {
-        verdict(
-            Health::Progressing,
-            format!("waiting for generation {generation} to be observed (observed {seen})"),
-        )
-    })
+    (seen < generation).then_some((seen, generation))
+}
+
+/// `Progressing` when `status.observedGeneration` is behind `metadata.generation`
+/// ([`generation_behind`]): the controller has not seen the latest spec.
+fn generation_lag(obj: &Object) -> Option<Assessment> {
+    let (seen, generation) = generation_behind(obj, &["status", "observedGeneration"])?;
+    Some(verdict(
+        Health::Progressing,
+        format!("waiting for generation {generation} to be observed (observed {seen})"),
+    ))
+}
+
+/// A `metadata.labels` value.
+fn label<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
+    obj.metadata()
+        .get("labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
 }
 
 /// Whether a condition says it was written for an older generation than the object's.

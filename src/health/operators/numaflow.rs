@@ -5,22 +5,14 @@
 use serde_json::Value;
 
 use super::{
-    Assessment, Cond, Health, conditions, cstr, find, generation_lag, phase_message, say, stale,
-    stale_condition, state, status, str_at, value, verdict, waiting,
+    Assessment, Cond, Health, conditions, cstr, find, generation_lag, label, phase_message, say,
+    stale, stale_condition, state, status, str_at, value, verdict, waiting,
 };
 use crate::object::Object;
 
 /// The label Numaplane puts on a child (Pipeline, MonoVertex, InterStepBufferService) it
 /// assessed in a progressive upgrade: `failed`, `succeeded` or `force-promoted`.
 const PROGRESSIVE_RESULT: &str = "numaplane.numaproj.io/progressive-result-state";
-
-/// A `metadata.labels` value.
-fn label<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
-    obj.metadata()
-        .get("labels")
-        .and_then(|l| l.get(key))
-        .and_then(Value::as_str)
-}
 
 /// The conditions Numaflow's controllers set `False` only when the spec could not be applied
 /// (`MarkNotConfigured`, `MarkDeployFailed`: the phase becomes `Failed` too).

@@ -4,8 +4,8 @@
 use serde_json::{Map, Value};
 
 use super::{
-    Assessment, Health, conditions, cstr, find, int_at, say, state, status, str_at, true_at, value,
-    verdict, waiting,
+    Assessment, Health, conditions, cstr, find, generation_behind, generation_lag, say, state,
+    status, str_at, true_at, value, verdict, waiting,
 };
 use crate::object::Object;
 
@@ -196,14 +196,12 @@ pub(super) fn configuration_policy(obj: &Object) -> Assessment {
     if let Some(c) = cleanup {
         return verdict(Health::Degraded, c);
     }
-    if let Some(seen) = int_at(obj, &["status", "lastEvaluatedGeneration"])
-        && seen < obj.generation() as i64
+    if let Some((seen, generation)) = generation_behind(obj, &["status", "lastEvaluatedGeneration"])
     {
         return verdict(
             Health::Progressing,
             format!(
-                "waiting for generation {} to be evaluated (status.lastEvaluatedGeneration is {seen})",
-                obj.generation()
+                "waiting for generation {generation} to be evaluated (status.lastEvaluatedGeneration is {seen})"
             ),
         );
     }
@@ -255,16 +253,8 @@ pub(super) fn operator_policy(obj: &Object) -> Assessment {
     if status(obj).is_none() {
         return waiting(FRAMEWORK);
     }
-    if let Some(seen) = int_at(obj, &["status", "observedGeneration"])
-        && seen < obj.generation() as i64
-    {
-        return verdict(
-            Health::Progressing,
-            format!(
-                "waiting for generation {} to be observed (observed {seen})",
-                obj.generation()
-            ),
-        );
+    if let Some(a) = generation_lag(obj) {
+        return a;
     }
     let conds = conditions(obj);
     if let Some(c) = find(&conds, "ValidPolicySpec")

@@ -2,10 +2,8 @@
 //! Operator (`rabbitmq.com` Queue, Exchange, Binding, User, Vhost, Policy, ...), each read from
 //! the operator's own status code (the doc comment of every rule names the files).
 
-use serde_json::Value;
-
 use super::{
-    OnFalse, ReadyRule, conditions, cstr, find, generation_lag, ready_condition, say, state,
+    OnFalse, ReadyRule, conditions, cstr, find, generation_lag, label, ready_condition, say, state,
     status, str_at, verdict, waiting,
 };
 use crate::health::{Assessment, Health};
@@ -16,14 +14,6 @@ const CLUSTER_OPERATOR: &str = "the RabbitMQ Cluster Operator";
 
 /// The label that stops the Cluster Operator reconciling a RabbitmqCluster.
 const PAUSE_LABEL: &str = "rabbitmq.com/pauseReconciliation";
-
-/// A label of the object.
-fn label<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
-    obj.metadata()
-        .get("labels")
-        .and_then(|l| l.get(key))
-        .and_then(Value::as_str)
-}
 
 /// RabbitMQ Cluster Operator RabbitmqCluster: the `rabbitmq.com/pauseReconciliation: "true"`
 /// label is `Suspended`; no status (or no conditions) is `Progressing`; `ReconcileSuccess`
