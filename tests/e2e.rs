@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Env, configmap, env_for, stderr, stdout};
+use common::{Env, configmap, env_for, stderr, stdout, sync_ok};
 use serde_json::{Value, json};
 
 #[test]
@@ -1572,14 +1572,7 @@ fn a_lowercase_crd_kind_is_applied_and_its_health_follows_its_status() {
         "apiVersion: acid.zalan.do/v1\nkind: postgresql\nmetadata: {name: orders-db, namespace: shop}\nspec:\n  teamId: orders\n  numberOfInstances: 2\n  postgresql: {version: \"16\"}\n  volume: {size: 10Gi}\n",
     );
     env.repo.commit("a database");
-    let out = env.run(&["sync"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    sync_ok(&env);
     let db = |st: &Value| {
         st["resources"]
             .as_array()

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Env, GitRepo, HttpsGitServer, configmap, env_for, stderr, stdout, tool};
+use common::{Env, GitRepo, HttpsGitServer, configmap, env_for, stderr, stdout, sync_ok, tool};
 use serde_json::Value;
 
 fn kustomize() -> String {
@@ -108,17 +108,6 @@ fn checkout(repo: &GitRepo) -> (tempfile::TempDir, PathBuf) {
         "HEAD",
     ]);
     (dir, wt)
-}
-
-fn sync_ok(env: &Env) {
-    let out = env.run(&["sync"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
 }
 
 /// The condition of type `t` in the app's status.

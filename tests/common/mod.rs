@@ -540,6 +540,18 @@ pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> D
     panic!("timed out after {timeout:?} waiting for {what}");
 }
 
+/// Runs `driftless sync` in `env` and asserts it exits 0, showing its output if not.
+pub fn sync_ok(env: &Env) {
+    let out = env.run(&["sync"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
