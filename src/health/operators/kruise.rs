@@ -485,10 +485,12 @@ fn runs_leave_no_trace(obj: &Object) -> bool {
 
 /// OpenKruise AdvancedCronJob: `spec.paused` is `Suspended`; no status is `Progressing`; a last
 /// schedule (`status.lastScheduleTime`) or jobs running (`status.active`) is `Healthy`, with
-/// both in the message; neither is `Progressing` (waiting for the first run), unless finished
-/// runs are deleted ([`runs_leave_no_trace`]): then nothing dates the last run, and it is
-/// `Healthy`. Its status says nothing of how a run ended (no `lastSuccessfulTime`, no
-/// conditions): each run's health is its own Job's, BroadcastJob's or ImageListPullJob's.
+/// both in the message; neither is `Progressing` (waiting for the first run). When finished
+/// runs are deleted ([`runs_leave_no_trace`]) an empty `lastScheduleTime` may also mean runs
+/// that left no trace: the status cannot tell the two apart, so it stays `Progressing` (never
+/// `Healthy` on no evidence) and the message says why. Its status says nothing of how a run
+/// ended (no `lastSuccessfulTime`, no conditions): each run's health is its own Job's,
+/// BroadcastJob's or ImageListPullJob's.
 ///
 /// Follows openkruise/kruise `apis/apps/v1beta1/advancedcronjob_types.go`
 /// (`AdvancedCronJobStatus`: `type`, `active`, `lastScheduleTime`; `Paused`,
@@ -500,7 +502,7 @@ fn runs_leave_no_trace(obj: &Object) -> bool {
 /// Differs from Argo CD's check, which reads jobs running as `Progressing` and no
 /// `lastScheduleTime` as `Degraded`: a schedule running its job works as declared (as
 /// Kubernetes' CronJob rule reads it), and no `lastScheduleTime` means no run yet (or the runs
-/// deleted), not a failure.
+/// deleted), not a failure, so it is `Progressing`.
 pub(super) fn advanced_cronjob(obj: &Object) -> Assessment {
     if true_at(obj, &["spec", "paused"]) {
         return verdict(
@@ -526,8 +528,9 @@ pub(super) fn advanced_cronjob(obj: &Object) -> Assessment {
             format!("last scheduled at {t}, no job running"),
         ),
         ([], None) if runs_leave_no_trace(obj) => verdict(
-            Health::Healthy,
-            "no run recorded (no status.lastScheduleTime; finished jobs are deleted)",
+            Health::Progressing,
+            "no run on record (no status.lastScheduleTime): either none has run yet or its \
+             finished jobs were deleted, which the status cannot tell apart",
         ),
         ([], None) => verdict(
             Health::Progressing,
