@@ -1718,3 +1718,190 @@ fn an_object_without_status_is_judged_by_a_crd_found_only_in_the_store() {
     // A kind whose CRD has no status subresource: nothing will report, and nothing is awaited.
     assert_eq!(health("Middleware").0, "Healthy");
 }
+
+/// A store that counts the objects it reads whole (found by `get`, `get_many`, `list`; not
+/// driftless's own records), around SQLite.
+struct CountingStore {
+    inner: driftless::store::sqlite::SqliteStore,
+    read: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl driftless::store::Store for CountingStore {
+    async fn get(
+        &self,
+        k: &driftless::object::ObjectKey,
+    ) -> driftless::store::Result<Option<driftless::object::Object>> {
+        let found = self.inner.get(k).await?;
+        if !k.is_reserved() && found.is_some() {
+            self.read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(found)
+    }
+    async fn version_of(
+        &self,
+        k: &driftless::object::ObjectKey,
+    ) -> driftless::store::Result<Option<u64>> {
+        self.inner.version_of(k).await
+    }
+    async fn get_many(
+        &self,
+        k: &[driftless::object::ObjectKey],
+    ) -> driftless::store::Result<driftless::store::Listing> {
+        let listing = self.inner.get_many(k).await?;
+        let objects = listing.objects.keys().filter(|k| !k.is_reserved()).count();
+        self.read
+            .fetch_add(objects, std::sync::atomic::Ordering::SeqCst);
+        Ok(listing)
+    }
+    async fn versions(
+        &self,
+        k: &[&driftless::object::ObjectKey],
+    ) -> driftless::store::Result<Vec<driftless::store::Version>> {
+        self.inner.versions(k).await
+    }
+    async fn list(
+        &self,
+        s: &driftless::store::Selector,
+    ) -> driftless::store::Result<driftless::store::Listing> {
+        let listing = self.inner.list(s).await?;
+        let objects = listing.objects.keys().filter(|k| !k.is_reserved()).count();
+        self.read
+            .fetch_add(objects, std::sync::atomic::Ordering::SeqCst);
+        Ok(listing)
+    }
+    async fn commit(
+        &self,
+        w: Vec<driftless::store::Write>,
+    ) -> driftless::store::Result<driftless::store::Committed> {
+        self.inner.commit(w).await
+    }
+    async fn revision(&self) -> driftless::store::Result<u64> {
+        self.inner.revision().await
+    }
+    async fn watch(&self, from: u64) -> driftless::store::Result<driftless::store::Watch> {
+        self.inner.watch(from).await
+    }
+    fn backend(&self) -> &'static str {
+        "counting sqlite"
+    }
+    fn promises(&self) -> driftless::store::Promises {
+        self.inner.promises()
+    }
+}
+
+/// What one process found as declared is kept (the `Verified` record): the next process
+/// (`driftless sync` again, a restarted agent) neither reads nor plans an object that has not
+/// moved since, and still reads, plans and reverts one that has. A record for another desired
+/// set, another inventory or a corrupt one is only a missed shortcut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_them_as_declared() {
+    use driftless::object::{Object, ObjectKey};
+    use driftless::reconcile::{App, Trigger};
+    use driftless::store::{Precondition, Store, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+    let repo = common::GitRepo::new();
+    for n in ["a", "b", "c"] {
+        repo.write(&format!("app/{n}.yaml"), configmap(n, &[("k", "1")]));
+    }
+    repo.commit("one");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("driftless.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "store:\n  sqlite: {{path: {}}}\ncacheDir: {}\napps:\n  - name: app\n    source: {{repo: {}, path: app}}\n",
+            dir.path().join("store.db").display(),
+            dir.path().join("cache").display(),
+            repo.url()
+        ),
+    )
+    .unwrap();
+    let cfg = driftless::config::load(&path).unwrap();
+    // One pass of a new process: (objects read, created, updated, unchanged, sync status).
+    let process = async |rules: driftless::health::CustomRules| {
+        let store = Arc::new(CountingStore {
+            inner: driftless::store::sqlite::SqliteStore::open(
+                &dir.path().join("store.db"),
+                Default::default(),
+            )
+            .unwrap(),
+            read: Default::default(),
+        });
+        let mut app = App::load(
+            cfg.config.apps[0].clone(),
+            store.clone(),
+            driftless::source::GitCache::new(&cfg.config.cache_dir),
+            Arc::new(tokio::sync::Mutex::new(())),
+            false,
+        )
+        .await
+        .unwrap()
+        .with_health_rules(rules);
+        let (_, report) = app.reconcile(Trigger::Manual).await;
+        let s = report.summary;
+        (
+            store.read.load(SeqCst),
+            s.create,
+            s.update,
+            s.unchanged,
+            app.status().sync,
+        )
+    };
+    let none = driftless::health::CustomRules::none;
+    use driftless::status::SyncStatus::Synced;
+    assert_eq!(process(none()).await, (0, 3, 0, 0, Synced));
+    // Nothing moved: nothing read.
+    assert_eq!(process(none()).await, (0, 0, 0, 3, Synced));
+    // One object changed out of band: only it is read, and it is reverted.
+    let raw = driftless::store::sqlite::SqliteStore::open(
+        &dir.path().join("store.db"),
+        Default::default(),
+    )
+    .unwrap();
+    let drifted = Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "default"}, "data": {"k": "drift"}})).unwrap();
+    raw.commit(vec![Write::Put {
+        object: drifted,
+        precondition: Precondition::Any,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(process(none()).await, (1, 0, 1, 2, Synced));
+    let b = ObjectKey::new("", "ConfigMap", "default", "b");
+    assert_eq!(
+        raw.get(&b).await.unwrap().unwrap().get("data"),
+        Some(&json!({"k": "1"}))
+    );
+    // The revert was written as planned: nothing to read again.
+    assert_eq!(process(none()).await, (0, 0, 0, 3, Synced));
+    // Custom health rules: the health the last process recorded may not be theirs, so every
+    // object is read (and assessed) again.
+    let rule =
+        driftless::health::CustomRule::new("", "ConfigMap", Some("true"), None, None).unwrap();
+    let rules = driftless::health::CustomRules::new(vec![rule]);
+    assert_eq!(process(rules).await, (3, 0, 0, 3, Synced));
+    // A corrupt record is ignored: everything is read, and the next pass writes a good one.
+    let record = driftless::sync::Persisted::record_key("app");
+    let mut spec = serde_json::Map::new();
+    spec.insert("spec".into(), json!({"versions": "garbage"}));
+    raw.commit(vec![Write::Put {
+        object: Object::reserved(driftless::sync::VERIFIED_KIND, "app", spec),
+        precondition: Precondition::Any,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        raw.get(&record).await.unwrap().unwrap().get("spec"),
+        Some(&json!({"versions": "garbage"}))
+    );
+    assert_eq!(process(none()).await, (3, 0, 0, 3, Synced));
+    assert_eq!(process(none()).await, (0, 0, 0, 3, Synced));
+    // A new commit: a new desired set, planned whole; then nothing again.
+    repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    repo.write("app/d.yaml", configmap("d", &[("k", "1")]));
+    repo.commit("two");
+    let (_, created, updated, _, sync) = process(none()).await;
+    assert_eq!((created, updated, sync), (1, 1, Synced));
+    assert_eq!(process(none()).await, (0, 0, 0, 4, Synced));
+}

@@ -787,6 +787,12 @@ impl CustomRules {
         Self::default()
     }
 
+    /// True when there are no custom rules (neither listed nor a Lua folder): every verdict
+    /// is then the built-in rules', which depend on the object and driftless's version alone.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.dir.is_none()
+    }
+
     /// These rules, then the checks of a folder laid out like Argo CD's
     /// `resource_customizations/`.
     pub fn with_lua_dir(mut self, dir: lua::LuaDir) -> Self {

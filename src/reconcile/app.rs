@@ -133,6 +133,13 @@ pub struct App {
     /// What the last sync of the desired set in force found as declared (the set it holds
     /// for, by identity): the next pass skips what has not moved since ([`sync::Verified`]).
     verified: Option<(Arc<BTreeMap<ObjectKey, Object>>, sync::Verified)>,
+    /// The last process's [`sync::Persisted`] record, read at load and looked at once, at the
+    /// first fetch ([`App::restore_verified`]).
+    persisted: Option<sync::Persisted>,
+    /// The record as last written (or read): a pass writes it only when it changed.
+    persisted_last: Option<sync::Persisted>,
+    /// [`sync::desired_digest`] of a desired set, by identity (computed once per set).
+    digest: Option<(Arc<BTreeMap<ObjectKey, Object>>, String)>,
 }
 
 /// How a resource's message starts after a revert that named who changed the object.
@@ -198,6 +205,15 @@ impl App {
             .map(|r| (r.key(), r.clone()))
             .collect();
         let render = Render::for_app(&cfg);
+        // A record that cannot be read or parsed is only a missed shortcut.
+        let persisted = match store.get(&sync::Persisted::record_key(&name)).await {
+            Ok(Some(o)) => sync::Persisted::from_record(&o),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %error_chain(&e), "Verified record not read; every object is planned");
+                None
+            }
+        };
         Ok(Self {
             owned: Arc::new(inventory.entries.keys().cloned().collect()),
             interest: None,
@@ -239,6 +255,9 @@ impl App {
             render,
             signers: None,
             verified: None,
+            persisted_last: persisted.clone(),
+            persisted,
+            digest: None,
             status_writer: None,
             snapshot: None,
             reporter: None,
@@ -627,6 +646,9 @@ impl App {
         if !self.dry_run {
             self.report_commit_statuses(false);
             self.write_status().await;
+            if scope.is_none() && !fetch_failed && !store_failed {
+                self.persist_verified().await;
+            }
         }
         let result = if fetch_failed {
             Err(Failure::Source)
@@ -886,6 +908,7 @@ impl App {
         // revision moves.
         // A commit elsewhere in a monorepo: nothing to parse or plan again; the new commit is
         // what was applied (the inventory keeps the older id until something is written).
+        self.restore_verified();
         if let Some(f) = &self.in_force
             && f.source == identity
             && f.tree_id.as_deref() == Some(prepared.key.as_str())
@@ -1121,12 +1144,7 @@ impl App {
             source: &in_force.source,
             desired,
             scope,
-            options: PlanOptions {
-                prune: self.cfg.sync.prune,
-                allow_empty: self.cfg.sync.allow_empty,
-                adopt: self.cfg.sync.adopt,
-                prune_non_empty: self.cfg.sync.prune_non_empty,
-            },
+            options: self.plan_options(),
             ignore: &ignore,
             dry_run,
             inventory: self.inventory.as_ref(),
@@ -1640,6 +1658,136 @@ impl App {
             held,
         };
         reporter.observe(&facts);
+    }
+
+    /// How this app's plans treat deletions (its `sync:` section).
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            prune: self.cfg.sync.prune,
+            allow_empty: self.cfg.sync.allow_empty,
+            adopt: self.cfg.sync.adopt,
+            prune_non_empty: self.cfg.sync.prune_non_empty,
+        }
+    }
+
+    /// [`sync::desired_digest`] of `desired` with what else decides a sync's and a health
+    /// check's verdicts on it: the ignore rules, the plan options, and whether custom health
+    /// rules are set (a persisted record is only used without them: see
+    /// [`App::restore_verified`]). Computed once per desired set.
+    fn digest_of(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>) -> String {
+        if let Some((d, digest)) = &self.digest
+            && Arc::ptr_eq(d, desired)
+        {
+            return digest.clone();
+        }
+        let settings = format!(
+            "{:?} {:?} health={}",
+            self.cfg.sync.ignore_rules(),
+            self.plan_options(),
+            if self.health_rules.is_empty() {
+                "built-in"
+            } else {
+                "custom"
+            }
+        );
+        let digest = sync::desired_digest(desired, &settings);
+        self.digest = Some((desired.clone(), digest.clone()));
+        digest
+    }
+
+    /// After a restart: takes up what the last process found as declared (its
+    /// [`sync::Persisted`] record), so that a pass over objects that have not moved since
+    /// neither parses, reads nor plans them. Used only when every condition holds:
+    /// - no custom health rules (objects not read keep the health the status record gives
+    ///   them, which only the built-in rules are sure to give again);
+    /// - the desired set in force is the one restored from the inventory, read with the same
+    ///   source identity, and the inventory record is the one the record names, keeping no
+    ///   entry aside (`retained`);
+    /// - the restored set has the record's digest: it is, byte for byte, the set the record's
+    ///   render key gave (so that key, if the fetch finds it again, needs no render), with the
+    ///   same ignore rules and plan options.
+    ///
+    /// Each object is then still checked against the store's current resourceVersion before it
+    /// is skipped ([`sync::nothing_moved`], [`sync::Request::verified`]).
+    fn restore_verified(&mut self) {
+        let Some(p) = self.persisted.take() else {
+            return;
+        };
+        let Some(f) = self.in_force.clone() else {
+            return;
+        };
+        let inventory_holds = self.inventory.as_ref().is_some_and(|i| {
+            i.resource_version == Some(p.inventory)
+                && i.retained.is_empty()
+                && i.revision.as_ref() == Some(&f.revision)
+        });
+        if !self.health_rules.is_empty()
+            || !f.restored
+            || f.source != p.source
+            || !inventory_holds
+            || f.desired.len() != p.versions.len()
+            || self.digest_of(&f.desired) != p.digest
+        {
+            tracing::debug!(
+                "Verified record of the last process not used: it holds for another desired set, inventory or settings"
+            );
+            return;
+        }
+        tracing::debug!(
+            objects = f.desired.len(),
+            "Verified record of the last process taken up"
+        );
+        self.verified = Some((f.desired.clone(), p.verified(&f.desired)));
+        // What the render of that key said (the last status written with it).
+        if let Some(w) = &self.written {
+            self.diagnostics = w.diagnostics.clone();
+        }
+        if let Some(f) = &mut self.in_force {
+            f.tree_id = Some(p.key);
+        }
+    }
+
+    /// Writes the [`sync::Persisted`] record of what the passes of the desired set in force
+    /// found as declared, when it changed since last written. Only for a set read from its
+    /// revision (not restored) whose render key is known; a failed write is only a missed
+    /// shortcut for the next process.
+    async fn persist_verified(&mut self) {
+        // Objects the next process skips keep the health the status record gives them: only
+        // once that record is written.
+        if self.dry_run || self.resources_dirty {
+            return;
+        }
+        let Some(f) = self.in_force.clone() else {
+            return;
+        };
+        let (false, Some(key)) = (f.restored, f.tree_id.as_deref()) else {
+            return;
+        };
+        let Some(verified) = self
+            .verified
+            .as_ref()
+            .filter(|(d, _)| Arc::ptr_eq(d, &f.desired))
+            .map(|(_, v)| v.clone())
+        else {
+            return;
+        };
+        let digest = self.digest_of(&f.desired);
+        let Some(p) = sync::Persisted::of(&verified, &f.desired, key, &f.source, &digest) else {
+            return;
+        };
+        if self.persisted_last.as_ref() == Some(&p) {
+            return;
+        }
+        let write = store::Write::Put {
+            object: p.to_record(self.name()),
+            precondition: store::Precondition::Any,
+        };
+        match self.store.commit(vec![write]).await {
+            Ok(_) => self.persisted_last = Some(p),
+            Err(e) => {
+                tracing::debug!(error = %error_chain(&e), "Verified record not written")
+            }
+        }
     }
 
     /// Writes the status record when it differs from what was last written. The per-object

@@ -1,0 +1,228 @@
+//! [`Verified`](super::Verified) kept across processes: the `Verified` record.
+//!
+//! A new process (`driftless sync` again, an agent restarted) knows nothing of what the last one
+//! found as declared, so without this record it reads and plans every object. The record says,
+//! for one desired set (by digest, [`desired_digest`]) and one inventory record version, at which
+//! live resourceVersion each declared object was last found as declared. It is written after a
+//! full pass that wrote nothing it did not account for, and only ever used when the inventory
+//! record is still the one it names and the desired set in force has its digest: then each
+//! object whose resourceVersion has not moved since is as declared, as within one process (see
+//! [`Verified`](super::Verified)). A record that is stale (an object moved since, another
+//! revision applied) costs reads, never a wrong verdict: each entry is checked against the
+//! store's current version before it is trusted.
+//!
+//! Stored in the reserved group as `Verified/<app>`: `spec.key` (the render key the desired set
+//! came from), `spec.source` (the app's source identity), `spec.digest`, `spec.inventory` (the
+//! inventory record's resourceVersion) and `spec.versions`, the verified resourceVersions in the
+//! desired set's key order, run-length encoded as `[[version, count], ...]` (0: not verified).
+//! After a cold sync every object has the commit's revision: one pair for any number of objects.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::object::{Object, ObjectKey, RESERVED_GROUP};
+
+use super::Verified;
+
+/// Kind of the persisted verification records (one per app).
+pub const VERIFIED_KIND: &str = "Verified";
+
+/// What a process found as declared, as the next process reads it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    /// The render key of the desired set ([`crate::render::Prepared::key`]).
+    pub key: String,
+    /// The app's source identity when it was written.
+    pub source: String,
+    /// [`desired_digest`] of the desired set it holds for.
+    pub digest: String,
+    /// The inventory record's resourceVersion it holds for.
+    pub inventory: u64,
+    /// Verified resourceVersion per desired key, in key order (0: not verified).
+    pub versions: Vec<u64>,
+}
+
+impl Persisted {
+    /// The key of an app's record.
+    pub fn record_key(app: &str) -> ObjectKey {
+        ObjectKey::new(RESERVED_GROUP, VERIFIED_KIND, "", app)
+    }
+
+    /// The record of `verified` for `desired` (`None` when it holds for no stored inventory
+    /// record).
+    pub fn of(
+        verified: &Verified,
+        desired: &BTreeMap<ObjectKey, Object>,
+        key: &str,
+        source: &str,
+        digest: &str,
+    ) -> Option<Self> {
+        Some(Self {
+            key: key.to_string(),
+            source: source.to_string(),
+            digest: digest.to_string(),
+            inventory: verified.inventory_rv?,
+            versions: desired
+                .keys()
+                .map(|k| verified.entries.get(k).copied().unwrap_or(0))
+                .collect(),
+        })
+    }
+
+    /// The [`Verified`] it holds for `desired` (whose digest the caller has checked).
+    pub fn verified(&self, desired: &BTreeMap<ObjectKey, Object>) -> Verified {
+        Verified {
+            inventory_rv: Some(self.inventory),
+            entries: desired
+                .keys()
+                .zip(&self.versions)
+                .filter(|(_, rv)| **rv != 0)
+                .map(|(k, rv)| (k.clone(), *rv))
+                .collect(),
+        }
+    }
+
+    /// The record to store.
+    pub fn to_record(&self, app: &str) -> Object {
+        let mut runs: Vec<[u64; 2]> = Vec::new();
+        for &v in &self.versions {
+            match runs.last_mut() {
+                Some([last, n]) if *last == v => *n += 1,
+                _ => runs.push([v, 1]),
+            }
+        }
+        let mut body = Map::new();
+        body.insert(
+            "spec".into(),
+            json!({
+                "key": self.key,
+                "source": self.source,
+                "digest": self.digest,
+                "inventory": self.inventory,
+                "versions": runs,
+            }),
+        );
+        Object::reserved(VERIFIED_KIND, app, body)
+    }
+
+    /// Reads a record back; `None` when it is not one this version writes (then it is only
+    /// ignored: the next full pass writes a new one).
+    pub fn from_record(obj: &Object) -> Option<Self> {
+        let spec = obj.get("spec")?;
+        let text = |f: &str| spec.get(f).and_then(Value::as_str).map(str::to_string);
+        let mut versions = Vec::new();
+        for run in spec.get("versions")?.as_array()? {
+            let [v, n] = run.as_array()?.as_slice() else {
+                return None;
+            };
+            let (v, n) = (v.as_u64()?, usize::try_from(n.as_u64()?).ok()?);
+            // A corrupt count must not allocate without end: no app declares a billion objects.
+            if versions.len().saturating_add(n) > 1 << 24 {
+                return None;
+            }
+            versions.extend(std::iter::repeat_n(v, n));
+        }
+        Some(Self {
+            key: text("key")?,
+            source: text("source")?,
+            digest: text("digest")?,
+            inventory: spec.get("inventory")?.as_u64()?,
+            versions,
+        })
+    }
+}
+
+/// A digest of a desired set as declared, and of what else decides what a sync and a health
+/// check make of it (`settings`: the ignore rules and plan options, as the caller writes them):
+/// SHA-256 over driftless's version, `settings`, and each object's JSON in key order, in hex.
+/// Equal digests mean the same declarations byte for byte.
+pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update([0]);
+    h.update(settings.as_bytes());
+    h.update([0]);
+    for o in desired.values() {
+        h.update(o.to_json().as_bytes());
+        h.update([0]);
+    }
+    h.finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(n: usize) -> BTreeMap<ObjectKey, Object> {
+        (0..n)
+            .map(|i| {
+                let o = Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}"), "namespace": "ns"}, "data": {"i": i.to_string()}})).unwrap();
+                (o.key(), o)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written_and_runs_are_compact() {
+        let desired = set(5);
+        let keys: Vec<&ObjectKey> = desired.keys().collect();
+        let mut v = Verified {
+            inventory_rv: Some(9),
+            ..Verified::default()
+        };
+        for k in &keys[..4] {
+            v.entries.insert((*k).clone(), 7);
+        }
+        v.entries.insert(keys[2].clone(), 8);
+        let digest = desired_digest(&desired, "s");
+        let p = Persisted::of(&v, &desired, "tree", "src", &digest).unwrap();
+        assert_eq!(p.versions, vec![7, 7, 8, 7, 0]);
+        let record = p.to_record("app");
+        assert_eq!(record.key(), Persisted::record_key("app"));
+        assert_eq!(
+            record.get("spec").unwrap()["versions"],
+            json!([[7, 2], [8, 1], [7, 1], [0, 1]])
+        );
+        let back = Persisted::from_record(&record).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.verified(&desired), v);
+        // Nothing stored for an inventory never written.
+        assert!(Persisted::of(&Verified::default(), &desired, "t", "s", &digest).is_none());
+    }
+
+    #[test]
+    fn the_digest_moves_with_any_declaration_and_with_the_settings() {
+        let a = set(3);
+        let d = desired_digest(&a, "s");
+        assert_eq!(d, desired_digest(&set(3), "s"));
+        assert_ne!(d, desired_digest(&a, "t"));
+        assert_ne!(d, desired_digest(&set(4), "s"));
+        let mut b = a.clone();
+        let k = b.keys().next().unwrap().clone();
+        let mut o = b[&k].clone();
+        o.as_map_mut()
+            .insert("data".into(), json!({"i": "changed"}));
+        b.insert(k, o);
+        assert_ne!(d, desired_digest(&b, "s"));
+    }
+
+    #[test]
+    fn records_of_another_shape_are_ignored() {
+        for spec in [
+            json!({}),
+            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": [[1]]}),
+            json!({"key": "k", "source": "s", "digest": "d", "inventory": -1, "versions": []}),
+            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": [[1, 99999999999u64]]}),
+        ] {
+            let mut body = Map::new();
+            body.insert("spec".into(), spec.clone());
+            let o = Object::reserved(VERIFIED_KIND, "a", body);
+            assert_eq!(Persisted::from_record(&o), None, "{spec}");
+        }
+    }
+}
