@@ -194,6 +194,10 @@ impl Store for VersionCache {
         self.inner.get(key).await
     }
 
+    async fn get_json(&self, key: &ObjectKey) -> Result<Option<(String, u64)>> {
+        self.inner.get_json(key).await
+    }
+
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
         self.inner.version_of(key).await
     }

@@ -346,6 +346,23 @@ pub trait Store: Send + Sync + 'static {
     /// [`Error::Backend`] or [`Error::Corrupt`].
     async fn get(&self, key: &ObjectKey) -> Result<Option<Object>>;
 
+    /// The object under `key` as its stored JSON text, and its resourceVersion, for a caller
+    /// that decodes it into types of its own without building a JSON tree first (driftless's
+    /// large records: the inventory, the status). The text's own `metadata.resourceVersion`
+    /// may be absent or stale: the version returned is the one to use. The default reads
+    /// [`Store::get`] and encodes it again; a backend that keeps JSON text returns it as
+    /// stored.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`].
+    async fn get_json(&self, key: &ObjectKey) -> Result<Option<(String, u64)>> {
+        Ok(self
+            .get(key)
+            .await?
+            .map(|o| (o.to_json(), o.resource_version().unwrap_or(0))))
+    }
+
     /// The resourceVersion of the object under `key`, without reading its body (to check that
     /// a cached copy is current). `None` when absent.
     ///

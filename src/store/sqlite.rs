@@ -428,6 +428,23 @@ impl Store for SqliteStore {
         self.with_conn("get", move |c| read_one(c, &key)).await
     }
 
+    async fn get_json(&self, key: &ObjectKey) -> Result<Option<(String, u64)>> {
+        let key = key.clone();
+        self.with_conn("get", move |c| {
+            c.prepare_cached(
+                "SELECT body, rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                })
+                .optional()
+            })
+            .map_err(backend("get"))
+        })
+        .await
+    }
+
     async fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>> {
         let key = key.clone();
         self.with_conn("version_of", move |c| read_rev(c, &key, "version_of"))
