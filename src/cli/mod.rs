@@ -267,9 +267,26 @@ pub enum StoreCommand {
     },
 }
 
+/// glibc's malloc gives each thread that contends for it an arena of its own, up to 8 per
+/// core, and memory freed in one arena is not reused by another: the agent's worker threads,
+/// the parsing threads and the page handlers each kept their own high-water mark. Two arenas
+/// (glibc's `M_ARENA_MAX`, as the `MALLOC_ARENA_MAX` variable sets it, which is left to win when
+/// set) took the agent serving 30 page readers during drift from 144 to 127 MiB at 10,000
+/// objects (a cold `driftless sync` from 215 to 210 MiB; no change in time).
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a malloc tunable; called before any thread is started.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
 /// Parses the command line, runs the command and returns its exit status. Errors print their
 /// chain to standard error and exit 2.
 pub fn main() -> ExitCode {
+    limit_malloc_arenas();
     // One TLS stack for HTTP clients: rustls with ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
     // SIGPIPE stays ignored (Rust's default): a peer that closes a socket must never kill the

@@ -73,7 +73,7 @@ impl KindSpec {
 }
 
 /// A hint for a kind named without its group that is one of driftless's own records
-/// (`Inventory`, `AppStatus`, `Ownership`, `Preview`), which are listed only when their group
+/// (`Inventory`, `AppStatus`, `Ownership`, `Preview`, `Verified`), which are listed only when their group
 /// `driftless.io` is named.
 pub(super) fn reserved_kind_hint(kind: &str) -> Option<String> {
     let spec = KindSpec::parse(kind);
@@ -85,6 +85,7 @@ pub(super) fn reserved_kind_hint(kind: &str) -> Option<String> {
         crate::status::KIND,
         crate::sync::OWNERSHIP_KIND,
         crate::preview::KIND,
+        crate::sync::VERIFIED_KIND,
     ]
     .into_iter()
     .find(|k| spec.matches_as(&ObjectKey::new(object::RESERVED_GROUP, *k, "", "x"), false))
