@@ -140,6 +140,10 @@ pub struct App {
     persisted_last: Option<sync::Persisted>,
     /// [`sync::desired_digest`] of a desired set, by identity (computed once per set).
     digest: Option<(Arc<BTreeMap<ObjectKey, Object>>, String)>,
+    /// Counts changes of `verified`; `persisted_at` is the count the record was last written
+    /// (or found current) at, so that a pass that changed nothing does not build it again.
+    verified_changes: u64,
+    persisted_at: Option<u64>,
 }
 
 /// How a resource's message starts after a revert that named who changed the object.
@@ -258,6 +262,8 @@ impl App {
             persisted_last: persisted.clone(),
             persisted,
             digest: None,
+            verified_changes: 0,
+            persisted_at: None,
             status_writer: None,
             snapshot: None,
             reporter: None,
@@ -1197,6 +1203,7 @@ impl App {
         self.sync_error = None;
         if !reverting {
             let update = std::mem::take(&mut outcome.verified);
+            self.verified_changes += 1;
             match &mut self.verified {
                 Some((d, v)) if Arc::ptr_eq(d, &in_force.desired) => v.apply(update),
                 _ => {
@@ -1738,6 +1745,7 @@ impl App {
             "Verified record of the last process taken up"
         );
         self.verified = Some((f.desired.clone(), p.verified(&f.desired)));
+        self.verified_changes += 1;
         // What the render of that key said (the last status written with it).
         if let Some(w) = &self.written {
             self.diagnostics = w.diagnostics.clone();
@@ -1754,7 +1762,8 @@ impl App {
     async fn persist_verified(&mut self) {
         // Objects the next process skips keep the health the status record gives them: only
         // once that record is written.
-        if self.dry_run || self.resources_dirty {
+        if self.dry_run || self.resources_dirty || self.persisted_at == Some(self.verified_changes)
+        {
             return;
         }
         let Some(f) = self.in_force.clone() else {
@@ -1776,6 +1785,7 @@ impl App {
             return;
         };
         if self.persisted_last.as_ref() == Some(&p) {
+            self.persisted_at = Some(self.verified_changes);
             return;
         }
         let write = store::Write::Put {
@@ -1783,7 +1793,10 @@ impl App {
             precondition: store::Precondition::Any,
         };
         match self.store.commit(vec![write]).await {
-            Ok(_) => self.persisted_last = Some(p),
+            Ok(_) => {
+                self.persisted_last = Some(p);
+                self.persisted_at = Some(self.verified_changes);
+            }
             Err(e) => {
                 tracing::debug!(error = %error_chain(&e), "Verified record not written")
             }
