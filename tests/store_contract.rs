@@ -613,16 +613,46 @@ async fn check_large_records(b: &Backend) {
             "{name}: {n}"
         );
         assert_eq!(back.resource_version(), Some(c.revision), "{name}");
+        // Its stored text, for the callers that decode records into their own types.
+        let (text, text_rv) = s.get_json(&back.key()).await.unwrap().unwrap();
+        let from_text: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(from_text.get("noise"), back.get("noise"), "{name}: {n}");
+        assert_eq!(text_rv, c.revision, "{name}: {n}");
     }
-    // Replaced by a smaller one, under its precondition, and listed once.
+    // Replaced by a smaller one, under its precondition (a stale one is refused), keeping
+    // when it was created, and listed once.
     let key = Object::reserved("Inventory", "large", Default::default()).key();
+    let first = s.get(&key).await.unwrap().unwrap();
     let rv = s.version_of(&key).await.unwrap().unwrap();
+    assert!(
+        s.commit(vec![put(
+            Object::reserved("Inventory", "large", Default::default()),
+            Precondition::ResourceVersion(rv - 1),
+        )])
+        .await
+        .is_err(),
+        "{name}: a stale precondition on a record"
+    );
     s.commit(vec![put(
         Object::reserved("Inventory", "large", Default::default()),
         Precondition::ResourceVersion(rv),
     )])
     .await
     .unwrap();
+    let second = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        second.metadata().get("creationTimestamp"),
+        first.metadata().get("creationTimestamp"),
+        "{name}"
+    );
+    assert!(second.resource_version() > Some(rv), "{name}");
+    assert_eq!(
+        s.get_json(&Object::reserved("Inventory", "none", Default::default()).key())
+            .await
+            .unwrap(),
+        None,
+        "{name}"
+    );
     let listing = s
         .list(&Selector {
             group: Some(RESERVED_GROUP.into()),

@@ -596,6 +596,33 @@ pub fn stamp(old: Option<&Object>, mut new: Object, revision: u64) -> Object {
     new
 }
 
+/// [`stamp`] for driftless's own records (the reserved group), from what a backend read of the
+/// old record's metadata alone (`old`: its `creationTimestamp` and `generation`, when there is
+/// one): records are megabytes (an inventory or status of 10,000 objects), and decoding the old
+/// one to compare it would cost more than the write. Its `generation` is kept (nothing reads a
+/// record's generation); `creationTimestamp` kept, or now.
+pub(crate) fn stamp_record(
+    old: Option<(Option<String>, Option<u64>)>,
+    mut new: Object,
+    revision: u64,
+) -> Object {
+    let (created, generation) = old.unwrap_or((None, None));
+    let meta = new.metadata_mut();
+    meta.insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
+    meta.insert(
+        "generation".into(),
+        Value::from(generation.unwrap_or(1).max(1)),
+    );
+    meta.insert(
+        "creationTimestamp".into(),
+        Value::String(created.unwrap_or_else(now_rfc3339)),
+    );
+    new
+}
+
 /// Rejects a transaction that writes one key twice (its outcome would depend on order).
 pub(crate) fn check_distinct(writes: &[Write]) -> Result<()> {
     let mut seen = std::collections::HashSet::new();

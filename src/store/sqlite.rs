@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::{
     Committed, Error, Event, Listing, Result, Selector, Store, Watch, WatchItem, Write,
-    check_distinct, decode, stamp,
+    check_distinct, decode, stamp, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 
@@ -209,6 +209,40 @@ fn read_rev(c: &Connection, key: &ObjectKey, op: &'static str) -> Result<Option<
     .map_err(backend(op))
 }
 
+/// A record's version and, when its text is JSON, its `creationTimestamp` and `generation`
+/// (read by SQLite's `json_extract`, without decoding the rest): for [`stamp_record`].
+#[allow(clippy::type_complexity)]
+fn read_record_meta(
+    c: &Connection,
+    key: &ObjectKey,
+) -> Result<(Option<u64>, Option<(Option<String>, Option<u64>)>)> {
+    let meta = c
+        .prepare_cached(
+            "SELECT rev, json_extract(body, '$.metadata.creationTimestamp'), json_extract(body, '$.metadata.generation') FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, Option<String>>(1).ok().flatten(),
+                    r.get::<_, Option<i64>>(2).ok().flatten(),
+                ))
+            })
+            .optional()
+        });
+    match meta {
+        Ok(found) => Ok(match found {
+            Some((rev, created, generation)) => (
+                Some(rev),
+                Some((created, generation.and_then(|g| u64::try_from(g).ok()))),
+            ),
+            None => (None, None),
+        }),
+        // A record whose text is not JSON (damaged): only its version.
+        Err(_) => Ok((read_rev(c, key, "commit")?, None)),
+    }
+}
+
 fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Result<Committed> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -224,9 +258,16 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 object,
                 precondition,
             } => {
-                let old = read_one(&tx, &key)?;
-                precondition.check(&key, old.as_ref())?;
-                let new = stamp(old.as_ref(), object, revision);
+                let new = if key.is_reserved() {
+                    // A record: its old metadata only, read by SQLite from the text.
+                    let (rev, meta) = read_record_meta(&tx, &key)?;
+                    precondition.check_version(&key, rev)?;
+                    stamp_record(meta, object, revision)
+                } else {
+                    let old = read_one(&tx, &key)?;
+                    precondition.check(&key, old.as_ref())?;
+                    stamp(old.as_ref(), object, revision)
+                };
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
