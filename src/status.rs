@@ -443,6 +443,18 @@ pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
 ///
 /// As [`read_all`].
 pub async fn read(store: &dyn Store, app: &str) -> store::Result<Option<AppStatus>> {
+    Ok(read_versioned(store, app).await?.map(|(s, _)| s))
+}
+
+/// [`read`], with the record's resourceVersion.
+///
+/// # Errors
+///
+/// As [`read_all`].
+pub async fn read_versioned(
+    store: &dyn Store,
+    app: &str,
+) -> store::Result<Option<(AppStatus, u64)>> {
     /// The record's shape, read from its text without a JSON tree in between (a status of
     /// 10,000 objects is megabytes).
     #[derive(Deserialize)]
@@ -453,15 +465,15 @@ pub async fn read(store: &dyn Store, app: &str) -> store::Result<Option<AppStatu
     let key = AppStatus::record_key(app);
     match store.get_json(&key).await? {
         None => Ok(None),
-        Some((text, _)) => match serde_json::from_str::<Record>(&text) {
+        Some((text, rv)) => match serde_json::from_str::<Record>(&text) {
             Ok(Record {
                 status: Some(status),
-            }) => Ok(Some(status)),
+            }) => Ok(Some((status, rv))),
             // Not that shape: the error of the object as a whole.
             Ok(Record { status: None }) | Err(_) => {
                 let obj = store::decode(&key, &text)?;
                 AppStatus::from_record(&obj)
-                    .map(Some)
+                    .map(|st| Some((st, rv)))
                     .map_err(|e| store::Error::Corrupt {
                         key,
                         source: Box::new(e),
@@ -471,19 +483,24 @@ pub async fn read(store: &dyn Store, app: &str) -> store::Result<Option<AppStatu
     }
 }
 
-/// Writes an app's status record, replacing what is there (the agent is its only writer).
+/// Writes an app's status record, replacing what is there (the agent is its only writer); gives
+/// the record's new resourceVersion.
 ///
 /// # Errors
 ///
 /// A store error.
-pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<()> {
-    store
+pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<u64> {
+    let committed = store
         .commit(vec![Write::Put {
             object: status.to_record(),
             precondition: Precondition::Any,
         }])
         .await?;
-    Ok(())
+    Ok(committed
+        .stored
+        .first()
+        .and_then(Object::resource_version)
+        .unwrap_or(committed.revision))
 }
 
 /// `n` and the noun, singular for one: `1 object`, `12 objects`.

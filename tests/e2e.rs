@@ -1897,11 +1897,34 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     );
     assert_eq!(process(none()).await, (3, 0, 0, 3, Synced));
     assert_eq!(process(none()).await, (0, 0, 0, 3, Synced));
+    // The status record deleted (`store delete appstatus.driftless.io`): the health of the
+    // objects skipped would be lost, so everything is read and assessed again.
+    raw.commit(vec![Write::Delete {
+        key: driftless::status::AppStatus::record_key("app"),
+        precondition: Precondition::Any,
+    }])
+    .await
+    .unwrap();
+    assert_eq!(process(none()).await, (3, 0, 0, 3, Synced));
+    assert_eq!(process(none()).await, (0, 0, 0, 3, Synced));
+    // A file a link points to changes while the app's folder does not: a new process reads
+    // the revision anew and applies it.
+    repo.write("shared/s.yaml", configmap("s", &[("k", "1")]));
+    repo.symlink("app/s.yaml", "../shared/s.yaml");
+    repo.commit("a linked file");
+    let (_, created, _, _, _) = process(none()).await;
+    assert_eq!(created, 1);
+    assert_eq!(process(none()).await, (0, 0, 0, 4, Synced));
+    repo.write("shared/s.yaml", configmap("s", &[("k", "2")]));
+    repo.commit("the linked file changes");
+    let (_, _, updated, _, sync) = process(none()).await;
+    assert_eq!((updated, sync), (1, Synced));
+    assert_eq!(process(none()).await, (0, 0, 0, 4, Synced));
     // A new commit: a new desired set, planned whole; then nothing again.
     repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
     repo.write("app/d.yaml", configmap("d", &[("k", "1")]));
     repo.commit("two");
     let (_, created, updated, _, sync) = process(none()).await;
     assert_eq!((created, updated, sync), (1, 1, Synced));
-    assert_eq!(process(none()).await, (0, 0, 0, 4, Synced));
+    assert_eq!(process(none()).await, (0, 0, 0, 5, Synced));
 }

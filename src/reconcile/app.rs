@@ -144,6 +144,9 @@ pub struct App {
     /// (or found current) at, so that a pass that changed nothing does not build it again.
     verified_changes: u64,
     persisted_at: Option<u64>,
+    /// The status record's resourceVersion as this process last read or wrote it inline;
+    /// `None` once it is handed to the status writer (not known to be written yet).
+    status_rv: Option<u64>,
 }
 
 /// How a resource's message starts after a revert that named who changed the object.
@@ -170,12 +173,14 @@ impl App {
                 app: name.clone(),
                 source,
             })?;
-        let written = status::read(store.as_ref(), &name)
+        let written = status::read_versioned(store.as_ref(), &name)
             .await
             .map_err(|source| Error::StatusUnreadable {
                 app: name.clone(),
                 source,
             })?;
+        let status_rv = written.as_ref().map(|(_, rv)| *rv);
+        let written = written.map(|(s, _)| s);
         let in_force = inventory.revision.clone().map(|revision| InForce {
             revision,
             source: inventory.source.clone().unwrap_or_default(),
@@ -264,6 +269,7 @@ impl App {
             digest: None,
             verified_changes: 0,
             persisted_at: None,
+            status_rv,
             status_writer: None,
             snapshot: None,
             reporter: None,
@@ -914,7 +920,6 @@ impl App {
         // revision moves.
         // A commit elsewhere in a monorepo: nothing to parse or plan again; the new commit is
         // what was applied (the inventory keeps the older id until something is written).
-        self.restore_verified();
         if let Some(f) = &self.in_force
             && f.source == identity
             && f.tree_id.as_deref() == Some(prepared.key.as_str())
@@ -1056,6 +1061,7 @@ impl App {
             desired,
             restored: false,
         });
+        self.restore_verified();
         report.applied_new_revision = !reread;
         if !reread && !self.dry_run && self.may_apply() {
             // Say what is happening before the (possibly long) apply.
@@ -1703,16 +1709,17 @@ impl App {
     }
 
     /// After a restart: takes up what the last process found as declared (its
-    /// [`sync::Persisted`] record), so that a pass over objects that have not moved since
-    /// neither parses, reads nor plans them. Used only when every condition holds:
-    /// - no custom health rules (objects not read keep the health the status record gives
-    ///   them, which only the built-in rules are sure to give again);
-    /// - the desired set in force is the one restored from the inventory, read with the same
-    ///   source identity, and the inventory record is the one the record names, keeping no
-    ///   entry aside (`retained`);
-    /// - the restored set has the record's digest: it is, byte for byte, the set the record's
-    ///   render key gave (so that key, if the fetch finds it again, needs no render), with the
-    ///   same ignore rules and plan options.
+    /// [`sync::Persisted`] record), once the revision has been read (rendered and parsed, as
+    /// every new process does: a render key does not cover everything a render reads, such as
+    /// the files links point to or the renderer itself), so that the sync neither reads nor
+    /// plans objects that have not moved since. Used only when every condition holds:
+    /// - no custom health rules, and the status record is still the one the record names
+    ///   (objects not read keep the health that record gives them, which only the built-in
+    ///   rules are sure to give again; a status written since, by any process or with other
+    ///   rules, or deleted, voids it), and only for objects that status lists;
+    /// - the inventory record is the one the record names, keeping no entry aside (`retained`);
+    /// - the desired set just read has the record's digest (the same declarations, byte for
+    ///   byte, with the same ignore rules and plan options).
     ///
     /// Each object is then still checked against the store's current resourceVersion before it
     /// is skipped ([`sync::nothing_moved`], [`sync::Request::verified`]).
@@ -1723,36 +1730,33 @@ impl App {
         let Some(f) = self.in_force.clone() else {
             return;
         };
-        let inventory_holds = self.inventory.as_ref().is_some_and(|i| {
-            i.resource_version == Some(p.inventory)
-                && i.retained.is_empty()
-                && i.revision.as_ref() == Some(&f.revision)
-        });
+        let inventory_holds = self
+            .inventory
+            .as_ref()
+            .is_some_and(|i| i.resource_version == Some(p.inventory) && i.retained.is_empty());
         if !self.health_rules.is_empty()
-            || !f.restored
+            || p.status == 0
+            || self.status_rv != Some(p.status)
             || f.source != p.source
             || !inventory_holds
             || f.desired.len() != p.versions.len()
             || self.digest_of(&f.desired) != p.digest
         {
             tracing::debug!(
-                "Verified record of the last process not used: it holds for another desired set, inventory or settings"
+                "Verified record of the last process not used: it holds for another desired set, inventory, status record or settings"
             );
             return;
         }
+        let mut verified = p.verified(&f.desired);
+        verified
+            .entries
+            .retain(|k, _| self.resources.contains_key(k));
         tracing::debug!(
-            objects = f.desired.len(),
+            objects = verified.len(),
             "Verified record of the last process taken up"
         );
-        self.verified = Some((f.desired.clone(), p.verified(&f.desired)));
+        self.verified = Some((f.desired.clone(), verified));
         self.verified_changes += 1;
-        // What the render of that key said (the last status written with it).
-        if let Some(w) = &self.written {
-            self.diagnostics = w.diagnostics.clone();
-        }
-        if let Some(f) = &mut self.in_force {
-            f.tree_id = Some(p.key);
-        }
     }
 
     /// Writes the [`sync::Persisted`] record of what the passes of the desired set in force
@@ -1762,6 +1766,11 @@ impl App {
     async fn persist_verified(&mut self) {
         // Objects the next process skips keep the health the status record gives them: only
         // once that record is written.
+        // Only a status written inline, whose version is known (not one handed to the agent's
+        // status writer, which may not be written yet when the process ends).
+        let Some(status_rv) = self.status_rv.filter(|_| self.status_writer.is_none()) else {
+            return;
+        };
         if self.dry_run || self.resources_dirty || self.persisted_at == Some(self.verified_changes)
         {
             return;
@@ -1781,7 +1790,9 @@ impl App {
             return;
         };
         let digest = self.digest_of(&f.desired);
-        let Some(p) = sync::Persisted::of(&verified, &f.desired, key, &f.source, &digest) else {
+        let Some(p) =
+            sync::Persisted::of(&verified, &f.desired, key, &f.source, &digest, status_rv)
+        else {
             return;
         };
         if self.persisted_last.as_ref() == Some(&p) {
@@ -1821,12 +1832,14 @@ impl App {
                 .as_ref()
                 .is_none_or(|w| !same_except_resources(w, &self.status));
             w.send(status.clone(), summary_changed);
+            self.status_rv = None;
             self.written = Some(status);
             self.resources_dirty = false;
             return;
         }
         match status::write(self.store.as_ref(), &status).await {
-            Ok(()) => {
+            Ok(rv) => {
+                self.status_rv = Some(rv);
                 self.written = Some(status);
                 self.resources_dirty = false;
             }

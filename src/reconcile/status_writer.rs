@@ -113,7 +113,7 @@ async fn run(
         };
         let ending = rx.has_changed().is_err();
         match status::write(store.as_ref(), &status).await {
-            Ok(()) => {
+            Ok(_) => {
                 retry = RETRY_MIN;
                 if !ending {
                     let wait = async {

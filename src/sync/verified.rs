@@ -13,7 +13,8 @@
 //!
 //! Stored in the reserved group as `Verified/<app>`: `spec.key` (the render key the desired set
 //! came from), `spec.source` (the app's source identity), `spec.digest`, `spec.inventory` (the
-//! inventory record's resourceVersion) and `spec.versions`, the verified resourceVersions in the
+//! inventory record's resourceVersion), `spec.status` (the status record's resourceVersion, whose
+//! per-object health the objects skipped keep) and `spec.versions`, the verified resourceVersions in the
 //! desired set's key order, run-length encoded as `[[version, count], ...]` (0: not verified).
 //! After a cold sync every object has the commit's revision: one pair for any number of objects.
 
@@ -40,6 +41,10 @@ pub struct Persisted {
     pub digest: String,
     /// The inventory record's resourceVersion it holds for.
     pub inventory: u64,
+    /// The status record's resourceVersion whose per-object health it relies on: objects
+    /// skipped keep the health that record gives them, so the record is used only while the
+    /// status record is that one (`0`: none, never used).
+    pub status: u64,
     /// Verified resourceVersion per desired key, in key order (0: not verified).
     pub versions: Vec<u64>,
 }
@@ -58,12 +63,14 @@ impl Persisted {
         key: &str,
         source: &str,
         digest: &str,
+        status: u64,
     ) -> Option<Self> {
         Some(Self {
             key: key.to_string(),
             source: source.to_string(),
             digest: digest.to_string(),
             inventory: verified.inventory_rv?,
+            status,
             versions: desired
                 .keys()
                 .map(|k| verified.entries.get(k).copied().unwrap_or(0))
@@ -101,6 +108,7 @@ impl Persisted {
                 "source": self.source,
                 "digest": self.digest,
                 "inventory": self.inventory,
+                "status": self.status,
                 "versions": runs,
             }),
         );
@@ -129,6 +137,7 @@ impl Persisted {
             source: text("source")?,
             digest: text("digest")?,
             inventory: spec.get("inventory")?.as_u64()?,
+            status: spec.get("status")?.as_u64()?,
             versions,
         })
     }
@@ -180,7 +189,7 @@ mod tests {
         }
         v.entries.insert(keys[2].clone(), 8);
         let digest = desired_digest(&desired, "s");
-        let p = Persisted::of(&v, &desired, "tree", "src", &digest).unwrap();
+        let p = Persisted::of(&v, &desired, "tree", "src", &digest, 3).unwrap();
         assert_eq!(p.versions, vec![7, 7, 8, 7, 0]);
         let record = p.to_record("app");
         assert_eq!(record.key(), Persisted::record_key("app"));
@@ -192,7 +201,7 @@ mod tests {
         assert_eq!(back, p);
         assert_eq!(back.verified(&desired), v);
         // Nothing stored for an inventory never written.
-        assert!(Persisted::of(&Verified::default(), &desired, "t", "s", &digest).is_none());
+        assert!(Persisted::of(&Verified::default(), &desired, "t", "s", &digest, 3).is_none());
     }
 
     #[test]
@@ -215,7 +224,8 @@ mod tests {
     fn records_of_another_shape_are_ignored() {
         for spec in [
             json!({}),
-            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": [[1]]}),
+            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "status": 1, "versions": [[1]]}),
+            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": []}),
             json!({"key": "k", "source": "s", "digest": "d", "inventory": -1, "versions": []}),
             json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": [[1, 99999999999u64]]}),
         ] {
