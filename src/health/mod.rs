@@ -788,7 +788,8 @@ impl CustomRules {
     }
 
     /// True when there are no custom rules (neither listed nor a Lua folder): every verdict
-    /// is then the built-in rules', which depend on the object and driftless's version alone.
+    /// is then the built-in rules', which depend on the object, driftless's version and, for
+    /// an object with no status yet, the CustomResourceDefinitions in view.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty() && self.dir.is_none()
     }
