@@ -1761,7 +1761,7 @@ impl App {
 
     /// Writes the [`sync::Persisted`] record of what the passes of the desired set in force
     /// found as declared, when it changed since last written. Only for a set read from its
-    /// revision (not restored) whose render key is known; a failed write is only a missed
+    /// revision (not restored); a failed write is only a missed
     /// shortcut for the next process.
     async fn persist_verified(&mut self) {
         // Objects the next process skips keep the health the status record gives them: only
@@ -1778,9 +1778,9 @@ impl App {
         let Some(f) = self.in_force.clone() else {
             return;
         };
-        let (false, Some(key)) = (f.restored, f.tree_id.as_deref()) else {
+        if f.restored {
             return;
-        };
+        }
         let Some(verified) = self
             .verified
             .as_ref()
@@ -1790,8 +1790,7 @@ impl App {
             return;
         };
         let digest = self.digest_of(&f.desired);
-        let Some(p) =
-            sync::Persisted::of(&verified, &f.desired, key, &f.source, &digest, status_rv)
+        let Some(p) = sync::Persisted::of(&verified, &f.desired, &f.source, &digest, status_rv)
         else {
             return;
         };

@@ -11,8 +11,7 @@
 //! revision applied) costs reads, never a wrong verdict: each entry is checked against the
 //! store's current version before it is trusted.
 //!
-//! Stored in the reserved group as `Verified/<app>`: `spec.key` (the render key the desired set
-//! came from), `spec.source` (the app's source identity), `spec.digest`, `spec.inventory` (the
+//! Stored in the reserved group as `Verified/<app>`: `spec.source` (the app's source identity), `spec.digest`, `spec.inventory` (the
 //! inventory record's resourceVersion), `spec.status` (the status record's resourceVersion, whose
 //! per-object health the objects skipped keep) and `spec.versions`, the verified resourceVersions in the
 //! desired set's key order, run-length encoded as `[[version, count], ...]` (0: not verified).
@@ -33,8 +32,6 @@ pub const VERIFIED_KIND: &str = "Verified";
 /// What a process found as declared, as the next process reads it back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Persisted {
-    /// The render key of the desired set ([`crate::render::Prepared::key`]).
-    pub key: String,
     /// The app's source identity when it was written.
     pub source: String,
     /// [`desired_digest`] of the desired set it holds for.
@@ -60,13 +57,11 @@ impl Persisted {
     pub fn of(
         verified: &Verified,
         desired: &BTreeMap<ObjectKey, Object>,
-        key: &str,
         source: &str,
         digest: &str,
         status: u64,
     ) -> Option<Self> {
         Some(Self {
-            key: key.to_string(),
             source: source.to_string(),
             digest: digest.to_string(),
             inventory: verified.inventory_rv?,
@@ -104,7 +99,6 @@ impl Persisted {
         body.insert(
             "spec".into(),
             json!({
-                "key": self.key,
                 "source": self.source,
                 "digest": self.digest,
                 "inventory": self.inventory,
@@ -133,7 +127,6 @@ impl Persisted {
             versions.extend(std::iter::repeat_n(v, n));
         }
         Some(Self {
-            key: text("key")?,
             source: text("source")?,
             digest: text("digest")?,
             inventory: spec.get("inventory")?.as_u64()?,
@@ -189,7 +182,7 @@ mod tests {
         }
         v.entries.insert(keys[2].clone(), 8);
         let digest = desired_digest(&desired, "s");
-        let p = Persisted::of(&v, &desired, "tree", "src", &digest, 3).unwrap();
+        let p = Persisted::of(&v, &desired, "src", &digest, 3).unwrap();
         assert_eq!(p.versions, vec![7, 7, 8, 7, 0]);
         let record = p.to_record("app");
         assert_eq!(record.key(), Persisted::record_key("app"));
@@ -201,7 +194,7 @@ mod tests {
         assert_eq!(back, p);
         assert_eq!(back.verified(&desired), v);
         // Nothing stored for an inventory never written.
-        assert!(Persisted::of(&Verified::default(), &desired, "t", "s", &digest, 3).is_none());
+        assert!(Persisted::of(&Verified::default(), &desired, "s", &digest, 3).is_none());
     }
 
     #[test]
@@ -224,10 +217,10 @@ mod tests {
     fn records_of_another_shape_are_ignored() {
         for spec in [
             json!({}),
-            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "status": 1, "versions": [[1]]}),
-            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": []}),
-            json!({"key": "k", "source": "s", "digest": "d", "inventory": -1, "versions": []}),
-            json!({"key": "k", "source": "s", "digest": "d", "inventory": 1, "versions": [[1, 99999999999u64]]}),
+            json!({"source": "s", "digest": "d", "inventory": 1, "status": 1, "versions": [[1]]}),
+            json!({"source": "s", "digest": "d", "inventory": 1, "versions": []}),
+            json!({"source": "s", "digest": "d", "inventory": -1, "versions": []}),
+            json!({"source": "s", "digest": "d", "inventory": 1, "versions": [[1, 99999999999u64]]}),
         ] {
             let mut body = Map::new();
             body.insert("spec".into(), spec.clone());
