@@ -1497,6 +1497,23 @@ fn diff_takes_a_revision_relative_to_the_apps_ref() {
     assert!(stderr(&out).contains("~9"), "{}", stderr(&out));
 }
 
+/// The config of one app, `app`, syncing `repo`'s folder `app/` into a SQLite store in `dir`
+/// (`store.db`, cache in `cache/`), loaded as the agent loads it.
+fn sqlite_app_config(dir: &std::path::Path, repo: &common::GitRepo) -> driftless::config::Loaded {
+    let path = dir.join("driftless.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "store:\n  sqlite: {{path: {}}}\ncacheDir: {}\napps:\n  - name: app\n    source: {{repo: {}, path: app}}\n",
+            dir.join("store.db").display(),
+            dir.join("cache").display(),
+            repo.url()
+        ),
+    )
+    .unwrap();
+    driftless::config::load(&path).unwrap()
+}
+
 /// A sync that cannot claim or release objects (its desired keys are its inventory's) does
 /// not wait for the other apps' syncs, which the agent serializes so that two apps never both
 /// claim a key; one that declares a new object does wait.
@@ -1509,18 +1526,7 @@ async fn a_sync_that_claims_nothing_does_not_wait_for_other_apps_syncs() {
     repo.write("README", "one");
     repo.commit("one");
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("driftless.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "store:\n  sqlite: {{path: {}}}\ncacheDir: {}\napps:\n  - name: app\n    source: {{repo: {}, path: app}}\n",
-            dir.path().join("store.db").display(),
-            dir.path().join("cache").display(),
-            repo.url()
-        ),
-    )
-    .unwrap();
-    let cfg = driftless::config::load(&path).unwrap();
+    let cfg = sqlite_app_config(dir.path(), &repo);
     let store: Arc<dyn driftless::store::Store> = Arc::new(
         driftless::store::sqlite::SqliteStore::open(
             &dir.path().join("store.db"),
@@ -1807,18 +1813,7 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     }
     repo.commit("one");
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("driftless.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "store:\n  sqlite: {{path: {}}}\ncacheDir: {}\napps:\n  - name: app\n    source: {{repo: {}, path: app}}\n",
-            dir.path().join("store.db").display(),
-            dir.path().join("cache").display(),
-            repo.url()
-        ),
-    )
-    .unwrap();
-    let cfg = driftless::config::load(&path).unwrap();
+    let cfg = sqlite_app_config(dir.path(), &repo);
     // One pass of a new process: (objects read, created, updated, unchanged, sync status).
     let process = async |rules: driftless::health::CustomRules| {
         let store = Arc::new(CountingStore {
