@@ -407,6 +407,24 @@ impl Object {
         // A map of JSON values always serializes.
         serde_json::to_string(&self.0).unwrap_or_default()
     }
+
+    /// Bytes of [`Self::to_json`], counted without building the text.
+    pub fn json_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        // A map of JSON values always serializes; the counter never fails.
+        let _ = serde_json::to_writer(&mut count, &*self.0);
+        count.0
+    }
 }
 
 /// True when objects of this kind have no namespace.

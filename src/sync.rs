@@ -35,7 +35,7 @@ use serde_json::{Map, Value};
 use crate::diff::{self, Action, Plan, PlanOptions};
 use crate::ignore::{self, IgnoreRule};
 use crate::object::{Object, ObjectKey, RESERVED_GROUP, Revision};
-use crate::store::{self, Precondition, Selector, Store, Write};
+use crate::store::{self, Precondition, RecordText, Selector, Store, Write};
 
 /// Kind of the inventory records.
 pub const INVENTORY_KIND: &str = "Inventory";
@@ -157,6 +157,60 @@ impl Inventory {
         let mut body = Map::new();
         body.insert("spec".into(), Value::Object(spec));
         Object::reserved(INVENTORY_KIND, &self.app, body)
+    }
+
+    /// [`Self::to_record`] as text, the same JSON made from the entries in place (no copy of
+    /// them): what the sync writes ([`Write::PutRecord`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inventory`] when serializing fails (maps of JSON values do not).
+    pub fn to_record_text(&self) -> Result<RecordText> {
+        #[derive(serde::Serialize)]
+        struct Fields<'a> {
+            spec: Spec<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Spec<'a> {
+            revision: Option<&'a str>,
+            source: Option<&'a str>,
+            entries: Entries<'a>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            retained: Option<Vec<[&'a str; 4]>>,
+        }
+        struct Entries<'a>(&'a BTreeMap<ObjectKey, Object>);
+        impl serde::Serialize for Entries<'_> {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.values())
+            }
+        }
+        let fields = Fields {
+            spec: Spec {
+                revision: self.revision.as_ref().map(|r| r.0.as_str()),
+                source: self.source.as_deref(),
+                entries: Entries(&self.entries),
+                retained: (!self.retained.is_empty()).then(|| {
+                    self.retained
+                        .iter()
+                        .map(|k| {
+                            [
+                                k.group.as_str(),
+                                k.kind.as_str(),
+                                k.namespace.as_str(),
+                                k.name.as_str(),
+                            ]
+                        })
+                        .collect()
+                }),
+            },
+        };
+        RecordText::new(INVENTORY_KIND, &self.app, &fields).map_err(|e| Error::Inventory {
+            app: self.app.clone(),
+            source: Box::new(e),
+        })
     }
 
     /// The desired set this inventory was applied from: its entries without the retained
@@ -1056,8 +1110,8 @@ async fn attempt_sync(
         next
     });
     if let Some(next) = &next {
-        writes.push(Write::Put {
-            object: next.to_record(),
+        writes.push(Write::PutRecord {
+            record: next.to_record_text()?,
             precondition: match inventory.resource_version {
                 Some(rv) => Precondition::ResourceVersion(rv),
                 None => Precondition::Absent,
@@ -1307,8 +1361,8 @@ async fn record_intent(
         Some(rv) => Precondition::ResourceVersion(rv),
         None => Precondition::Absent,
     };
-    let mut intent_writes = vec![Write::Put {
-        object: intent.to_record(),
+    let mut intent_writes = vec![Write::PutRecord {
+        record: intent.to_record_text()?,
         precondition: version(inventory.resource_version),
     }];
     if index != before || index.resource_version.is_none() {
@@ -1326,13 +1380,8 @@ async fn record_intent(
     for stored in committed.stored {
         let key = stored.key();
         for w in writes.iter_mut() {
-            if let Write::Put {
-                object,
-                precondition,
-            } = w
-                && object.key() == key
-            {
-                *precondition = version(stored.resource_version());
+            if matches!(w, Write::Put { .. } | Write::PutRecord { .. }) && w.key() == key {
+                *w.precondition_mut() = version(stored.resource_version());
             }
         }
     }
@@ -1482,6 +1531,16 @@ mod tests {
                 .collect::<Vec<_>>()),
             ..Inventory::default()
         };
+        inv.retained.insert(cm("c1", "1").key());
+        // The text the sync writes is the record as an object, field for field.
+        let as_text = inv.to_record_text().unwrap();
+        assert_eq!(as_text.key(), Inventory::record_key("app"));
+        assert_eq!(as_text.to_object().unwrap(), inv.to_record());
+        inv.retained.clear();
+        assert_eq!(
+            inv.to_record_text().unwrap().to_object().unwrap(),
+            inv.to_record()
+        );
         inv.retained.insert(cm("c1", "1").key());
         let mut record = inv.to_record();
         record

@@ -653,6 +653,70 @@ async fn check_large_records(b: &Backend) {
         None,
         "{name}"
     );
+    // A record given as text (what the sync and the status writer hand over) is stored as the
+    // same record given as an object: created, replaced under its precondition (a stale one
+    // refused), keeping when it was created.
+    let fields = json!({"spec": {"noise": &noise[..300_000], "n": 1}});
+    let text = |n: u64| {
+        let mut f = fields.clone();
+        f["spec"]["n"] = json!(n);
+        store::RecordText::new("Status", "text", &f).unwrap()
+    };
+    let created = s
+        .commit(vec![store::Write::PutRecord {
+            record: text(1),
+            precondition: Precondition::Absent,
+        }])
+        .await
+        .unwrap_or_else(|e| panic!("{name}: a record as text: {}", store::error_chain(&e)));
+    let key = text(1).key();
+    assert_eq!(created.stored[0].key(), key, "{name}");
+    assert_eq!(
+        created.stored[0].resource_version(),
+        s.version_of(&key).await.unwrap(),
+        "{name}"
+    );
+    let first = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(first.get("spec"), fields.get("spec"), "{name}");
+    assert_eq!(first.api_version(), "driftless.io/v1", "{name}");
+    let rv = first.resource_version().unwrap();
+    assert!(
+        s.commit(vec![store::Write::PutRecord {
+            record: text(2),
+            precondition: Precondition::ResourceVersion(rv - 1),
+        }])
+        .await
+        .is_err(),
+        "{name}: a stale precondition on a record as text"
+    );
+    assert!(
+        s.commit(vec![store::Write::PutRecord {
+            record: text(2),
+            precondition: Precondition::Absent,
+        }])
+        .await
+        .is_err(),
+        "{name}: a record as text that exists, written as absent"
+    );
+    let replaced = s
+        .commit(vec![store::Write::PutRecord {
+            record: text(3),
+            precondition: Precondition::ResourceVersion(rv),
+        }])
+        .await
+        .unwrap();
+    let second = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(second.get("spec").unwrap()["n"], json!(3), "{name}");
+    assert_eq!(
+        second.metadata().get("creationTimestamp"),
+        first.metadata().get("creationTimestamp"),
+        "{name}"
+    );
+    assert_eq!(
+        second.resource_version(),
+        replaced.stored[0].resource_version(),
+        "{name}"
+    );
     let listing = s
         .list(&Selector {
             group: Some(RESERVED_GROUP.into()),

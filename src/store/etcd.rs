@@ -50,7 +50,7 @@ use tracing::Instrument;
 
 use super::{
     Committed, Error, Event, Fence, Listing, Result, Selector, Store, Watch, WatchItem, Write,
-    check_distinct, stamp,
+    check_distinct, stamp, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 use crate::replicas::{Holder, PassMemory, plan_pass};
@@ -310,13 +310,31 @@ impl EtcdStore {
     ///
     /// [`Error::Corrupt`] when the value or its parts do not make an object.
     async fn decode_full(&self, key: &ObjectKey, kvp: &KeyValue, revision: i64) -> Result<Object> {
+        let body = self.full_text(key, kvp, revision).await?;
+        let mut o = super::decode(key, &body)?;
+        o.metadata_mut().insert(
+            "resourceVersion".into(),
+            Value::String(kvp.mod_revision().to_string()),
+        );
+        Ok(o)
+    }
+
+    /// The whole stored text of a value, its parts joined when it is split (read at
+    /// `revision`, 0: the latest).
+    async fn full_text<'a>(
+        &self,
+        key: &ObjectKey,
+        kvp: &'a KeyValue,
+        revision: i64,
+    ) -> Result<std::borrow::Cow<'a, str>> {
         let corrupt = |e: Box<dyn std::error::Error + Send + Sync>| Error::Corrupt {
             key: key.clone(),
             source: e,
         };
-        let joined;
-        let body = match parts_of(kvp.value()) {
-            None => std::str::from_utf8(kvp.value()).map_err(|e| corrupt(Box::new(e)))?,
+        Ok(match parts_of(kvp.value()) {
+            None => std::borrow::Cow::Borrowed(
+                std::str::from_utf8(kvp.value()).map_err(|e| corrupt(Box::new(e)))?,
+            ),
             Some(p) => {
                 let mut kv = self.kv();
                 let mut o = GetOptions::new().with_prefix();
@@ -342,16 +360,9 @@ impl EtcdStore {
                         .into(),
                     ));
                 }
-                joined = String::from_utf8(whole).map_err(|e| corrupt(Box::new(e)))?;
-                &joined
+                std::borrow::Cow::Owned(String::from_utf8(whole).map_err(|e| corrupt(Box::new(e)))?)
             }
-        };
-        let mut o = super::decode(key, body)?;
-        o.metadata_mut().insert(
-            "resourceVersion".into(),
-            Value::String(kvp.mod_revision().to_string()),
-        );
-        Ok(o)
+        })
     }
 
     /// Removes the parts of split values that a commit replaced or deleted (best effort: a
@@ -496,10 +507,21 @@ impl EtcdStore {
             for (w, k) in writes.iter().zip(&keys) {
                 let old_kv = current.get(k.as_bytes()).copied();
                 // A delete needs only the version (the mod revision), so that it can remove a
-                // record whose value is not a valid object; a put merges with the old object.
+                // record whose value is not a valid object; a put merges with the old object;
+                // a record's put needs only the old record's metadata (records are megabytes).
+                let key = w.key();
+                let old_version = old_kv.map(|kvp| kvp.mod_revision() as u64);
                 let old = match (old_kv, w) {
-                    (Some(kvp), Write::Put { .. }) => {
-                        Some(self.decode_full(&w.key(), kvp, 0).await?)
+                    (Some(kvp), Write::Put { .. }) if !key.is_reserved() => {
+                        Some(self.decode_full(&key, kvp, 0).await?)
+                    }
+                    _ => None,
+                };
+                let old_record_meta = match (old_kv, w) {
+                    (Some(kvp), Write::Put { .. } | Write::PutRecord { .. })
+                        if key.is_reserved() =>
+                    {
+                        super::record_meta_of(&self.full_text(&key, kvp, 0).await?)
                     }
                     _ => None,
                 };
@@ -512,32 +534,50 @@ impl EtcdStore {
                     }
                     None => Compare::create_revision(k.as_bytes(), CompareOp::Equal, 0),
                 });
-                match w {
+                let put = match w {
+                    Write::PutRecord {
+                        record,
+                        precondition,
+                    } => {
+                        precondition.check_version(&key, old_version)?;
+                        let mut head = stamp_record(old_record_meta, record.head(), 0);
+                        head.metadata_mut().remove("resourceVersion");
+                        let json = record.text(&head);
+                        Some((head, json))
+                    }
                     Write::Put {
                         object,
                         precondition,
                     } => {
-                        precondition.check(&w.key(), old.as_ref())?;
-                        let mut new = stamp(old.as_ref(), object.clone(), 0);
+                        let mut new = if key.is_reserved() {
+                            precondition.check_version(&key, old_version)?;
+                            stamp_record(old_record_meta, object.clone(), 0)
+                        } else {
+                            precondition.check(&key, old.as_ref())?;
+                            stamp(old.as_ref(), object.clone(), 0)
+                        };
                         new.metadata_mut().remove("resourceVersion");
                         let json = new.to_json();
-                        match split_value(k, &json) {
-                            None => ops.push(TxnOp::put(k.as_bytes(), json, None)),
-                            Some((marker, value, parts)) => {
-                                replaced.retain(|d| *d != marker.digest);
-                                new_parts.push((marker.digest, parts));
-                                ops.push(TxnOp::put(k.as_bytes(), value, None));
-                            }
-                        }
-                        stored.push(new);
+                        Some((new, json))
                     }
                     Write::Delete { precondition, .. } => {
-                        precondition
-                            .check_version(&w.key(), old_kv.map(|kvp| kvp.mod_revision() as u64))?;
+                        precondition.check_version(&key, old_version)?;
                         if old_kv.is_some() {
                             ops.push(TxnOp::delete(k.as_bytes(), None));
                         }
+                        None
                     }
+                };
+                if let Some((new, json)) = put {
+                    match split_value(k, &json) {
+                        None => ops.push(TxnOp::put(k.as_bytes(), json, None)),
+                        Some((marker, value, parts)) => {
+                            replaced.retain(|d| *d != marker.digest);
+                            new_parts.push((marker.digest, parts));
+                            ops.push(TxnOp::put(k.as_bytes(), value, None));
+                        }
+                    }
+                    stored.push(new);
                 }
             }
             if ops.is_empty() {
@@ -634,7 +674,12 @@ impl EtcdStore {
             // marker.
             let size = match w {
                 Write::Put { object, .. } => {
-                    let n = object.to_json().len();
+                    let n = object.json_len();
+                    if n > PART_BYTES { 256 } else { n + 64 }
+                }
+                // The head (about 200 bytes stamped) and the record's own fields.
+                Write::PutRecord { record, .. } => {
+                    let n = record.len() + 256;
                     if n > PART_BYTES { 256 } else { n + 64 }
                 }
                 Write::Delete { .. } => 64,

@@ -120,14 +120,17 @@ impl Store for MemoryStore {
 
     async fn commit(&self, writes: Vec<Write>) -> Result<Committed> {
         check_distinct(&writes)?;
+        let writes = writes
+            .into_iter()
+            .map(Write::into_object_write)
+            .collect::<Result<Vec<_>>>()?;
         let mut inner = self.lock()?;
         for w in &writes {
             let key = w.key();
-            let (Write::Put { precondition, .. } | Write::Delete { precondition, .. }) = w;
-            precondition.check(&key, inner.objects.get(&key))?;
+            w.precondition().check(&key, inner.objects.get(&key))?;
         }
         let effective = writes.iter().any(|w| match w {
-            Write::Put { .. } => true,
+            Write::Put { .. } | Write::PutRecord { .. } => true,
             Write::Delete { key, .. } => inner.objects.contains_key(key),
         });
         if !effective {
@@ -137,6 +140,8 @@ impl Store for MemoryStore {
         let mut stored = Vec::new();
         for w in writes {
             match w {
+                // Turned into `Put` above.
+                Write::PutRecord { .. } => {}
                 Write::Put { object, .. } => {
                     let key = object.key();
                     let new = stamp(inner.objects.get(&key), object, revision);

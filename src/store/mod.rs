@@ -175,6 +175,14 @@ pub enum Write {
         /// The compare-and-swap condition.
         precondition: Precondition,
     },
+    /// Store a record of driftless's own given as JSON text (see [`RecordText`]), replacing
+    /// what is there, if `precondition` holds: as `Put` of the same record as an object.
+    PutRecord {
+        /// The record.
+        record: RecordText,
+        /// The compare-and-swap condition.
+        precondition: Precondition,
+    },
     /// Remove the object under `key`, if `precondition` holds. Deleting an absent object with
     /// [`Precondition::Any`] is a no-op.
     Delete {
@@ -190,8 +198,144 @@ impl Write {
     pub fn key(&self) -> ObjectKey {
         match self {
             Write::Put { object, .. } => object.key(),
+            Write::PutRecord { record, .. } => record.key(),
             Write::Delete { key, .. } => key.clone(),
         }
+    }
+
+    /// The compare-and-swap condition of this write.
+    pub fn precondition(&self) -> Precondition {
+        match self {
+            Write::Put { precondition, .. }
+            | Write::PutRecord { precondition, .. }
+            | Write::Delete { precondition, .. } => *precondition,
+        }
+    }
+
+    /// The compare-and-swap condition of this write, to change it.
+    pub fn precondition_mut(&mut self) -> &mut Precondition {
+        match self {
+            Write::Put { precondition, .. }
+            | Write::PutRecord { precondition, .. }
+            | Write::Delete { precondition, .. } => precondition,
+        }
+    }
+
+    /// This write with a [`Write::PutRecord`] turned into the [`Write::Put`] of its object, for
+    /// backends that keep objects rather than text (the memory store).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] when the record's text does not parse (a bug in its writer).
+    pub fn into_object_write(self) -> Result<Write> {
+        Ok(match self {
+            Write::PutRecord {
+                record,
+                precondition,
+            } => Write::Put {
+                object: record.to_object()?,
+                precondition,
+            },
+            w => w,
+        })
+    }
+}
+
+/// A record of driftless's own (the reserved group: an app's inventory or status) handed to a
+/// store as JSON text rather than as an [`Object`]. Such a record is megabytes at 10,000
+/// objects, and an [`Object`] of it would be a deep copy of every entry (the entries are
+/// shared, `Arc`, with the desired set; a JSON tree cannot share them), built only to be
+/// serialized. The text is made once from the entries in place ([`RecordText::new`]); a store
+/// puts its own metadata in front ([`RecordText::text`]).
+///
+/// Shape: the record's head (`apiVersion` [`crate::object::RESERVED_API_VERSION`], `kind`,
+/// `metadata` with `name` and what the store sets) followed by the record's own fields, the
+/// same JSON a [`Write::Put`] of the record as an object stores.
+#[derive(Clone, Debug)]
+pub struct RecordText {
+    kind: String,
+    name: String,
+    /// The record's own fields as JSON object members without the braces (`"spec":{...}`),
+    /// empty when it has none.
+    members: Arc<str>,
+}
+
+impl RecordText {
+    /// The record `kind`/`name` of the reserved group whose own fields are `fields`, which
+    /// must serialize as a JSON object without `apiVersion`, `kind` or `metadata`
+    /// (e.g. a struct of borrowed entries).
+    ///
+    /// # Errors
+    ///
+    /// A `serde_json` error when `fields` fails to serialize or is not a JSON object.
+    pub fn new(
+        kind: &str,
+        name: &str,
+        fields: &impl serde::Serialize,
+    ) -> std::result::Result<Self, serde_json::Error> {
+        let text = serde_json::to_string(fields)?;
+        let members = text
+            .strip_prefix('{')
+            .and_then(|t| t.strip_suffix('}'))
+            .ok_or_else(|| {
+                <serde_json::Error as serde::ser::Error>::custom(
+                    "a record's fields must serialize as a JSON object",
+                )
+            })?;
+        Ok(RecordText {
+            kind: kind.into(),
+            name: name.into(),
+            members: members.into(),
+        })
+    }
+
+    /// The record's key (reserved group, no namespace).
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            group: crate::object::RESERVED_GROUP.into(),
+            kind: self.kind.clone(),
+            namespace: String::new(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// The record without its own fields: `apiVersion`, `kind` and `metadata.name`, for a
+    /// store to stamp ([`stamp_record`]) and to give back in [`Committed::stored`].
+    pub fn head(&self) -> Object {
+        Object::reserved(&self.kind, &self.name, serde_json::Map::new())
+    }
+
+    /// The whole record's JSON text: `head` (this record's [`Self::head`], as the store
+    /// stamped it) followed by the record's own fields.
+    pub fn text(&self, head: &Object) -> String {
+        let mut text = head.to_json();
+        if !self.members.is_empty() && text.ends_with('}') {
+            text.pop();
+            text.reserve(self.members.len() + 2);
+            text.push(',');
+            text.push_str(&self.members);
+            text.push('}');
+        }
+        text
+    }
+
+    /// Bytes of the record's own fields (what a store sizes a transaction by).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// True when the record has no fields of its own.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The record as an [`Object`] (a parse of its text), for backends that keep objects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] when the text does not parse (a bug in the record's writer).
+    pub fn to_object(&self) -> Result<Object> {
+        decode(&self.key(), &self.text(&self.head()))
     }
 }
 
@@ -594,6 +738,26 @@ pub fn stamp(old: Option<&Object>, mut new: Object, revision: u64) -> Object {
     meta.insert("generation".into(), Value::from(generation));
     meta.insert("creationTimestamp".into(), created);
     new
+}
+
+/// What [`stamp_record`] needs of an old record, from its stored text: its
+/// `metadata.creationTimestamp` and `metadata.generation` (the rest is skipped, not built);
+/// `None` when the text is not a JSON object.
+pub(crate) fn record_meta_of(text: &str) -> Option<(Option<String>, Option<u64>)> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Meta {
+        #[serde(default, rename = "creationTimestamp")]
+        created: Option<String>,
+        #[serde(default)]
+        generation: Option<u64>,
+    }
+    let head: Head = serde_json::from_str(text).ok()?;
+    Some((head.metadata.created, head.metadata.generation))
 }
 
 /// [`stamp`] for driftless's own records (the reserved group), from what a backend read of the

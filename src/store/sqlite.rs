@@ -253,38 +253,7 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
     let mut seq = 0i64;
     for w in writes {
         let key = w.key();
-        match w {
-            Write::Put {
-                object,
-                precondition,
-            } => {
-                let new = if key.is_reserved() {
-                    // A record: its old metadata only, read by SQLite from the text.
-                    let (rev, meta) = read_record_meta(&tx, &key)?;
-                    precondition.check_version(&key, rev)?;
-                    stamp_record(meta, object, revision)
-                } else {
-                    let old = read_one(&tx, &key)?;
-                    precondition.check(&key, old.as_ref())?;
-                    stamp(old.as_ref(), object, revision)
-                };
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        key.group,
-                        key.kind,
-                        key.namespace,
-                        key.name,
-                        revision as i64,
-                        new.to_json()
-                    ])
-                })
-                .map_err(backend("commit"))?;
-                stored.push(new);
-                record_change(&tx, revision, seq, &key, false)?;
-            }
+        let (new, body) = match w {
             Write::Delete { precondition, .. } => {
                 // Only the version is read: a record whose value does not parse can still go.
                 let old = read_rev(&tx, &key, "commit")?;
@@ -298,8 +267,58 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 .and_then(|mut s| s.execute(params![key.group, key.kind, key.namespace, key.name]))
                 .map_err(backend("commit"))?;
                 record_change(&tx, revision, seq, &key, true)?;
+                seq += 1;
+                continue;
             }
-        }
+            Write::PutRecord {
+                record,
+                precondition,
+            } => {
+                // The stamped head, then the record's own fields as given.
+                let (rev, meta) = read_record_meta(&tx, &key)?;
+                precondition.check_version(&key, rev)?;
+                let head = stamp_record(meta, record.head(), revision);
+                let body = record.text(&head);
+                (head, body)
+            }
+            Write::Put {
+                object,
+                precondition,
+            } if key.is_reserved() => {
+                // A record: its old metadata only, read by SQLite from the text.
+                let (rev, meta) = read_record_meta(&tx, &key)?;
+                precondition.check_version(&key, rev)?;
+                let new = stamp_record(meta, object, revision);
+                let body = new.to_json();
+                (new, body)
+            }
+            Write::Put {
+                object,
+                precondition,
+            } => {
+                let old = read_one(&tx, &key)?;
+                precondition.check(&key, old.as_ref())?;
+                let new = stamp(old.as_ref(), object, revision);
+                let body = new.to_json();
+                (new, body)
+            }
+        };
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                key.group,
+                key.kind,
+                key.namespace,
+                key.name,
+                revision as i64,
+                body
+            ])
+        })
+        .map_err(backend("commit"))?;
+        stored.push(new);
+        record_change(&tx, revision, seq, &key, false)?;
         seq += 1;
     }
     if seq == 0 {

@@ -924,6 +924,14 @@ impl Store for KubeStore {
                                 let rv = stored.resource_version();
                                 Ok((Some(stored), rv))
                             }
+                            Write::PutRecord {
+                                record,
+                                precondition,
+                            } => {
+                                let stored = self.put_record_text(record, precondition).await?;
+                                let rv = stored.resource_version();
+                                Ok((Some(stored), rv))
+                            }
                             Write::Delete { key, precondition } => {
                                 Ok((None, self.delete(&key, precondition).await?))
                             }

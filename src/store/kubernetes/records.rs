@@ -36,7 +36,7 @@ use sha2::Digest as _;
 
 use super::{KubeStore, backend, code, conflict, parse_rv};
 use crate::object::{Object, ObjectKey};
-use crate::store::{Error, Precondition, Result};
+use crate::store::{Error, Precondition, RecordText, Result};
 
 /// The label on the pointer ConfigMaps that hold driftless's own records; its value is the
 /// record's kind in lower case.
@@ -348,19 +348,53 @@ impl KubeStore {
         object: Object,
         precondition: Precondition,
     ) -> Result<Object> {
-        let name = pointer_name(key);
-        let mut body = object.as_map().clone();
-        if let Some(Value::Object(meta)) = body.get_mut("metadata") {
-            meta.remove("resourceVersion");
-        }
         // Encoding a large record (an app status of 10,000 objects is a few MB) is CPU work:
         // off the async workers, which carry the reverts.
-        let laid_out = tokio::task::spawn_blocking(move || {
-            serde_json::to_string(&body).map(|text| layout(text, INLINE_MAX, PIECE_MAX))
+        let mut head = object.clone();
+        let text = tokio::task::spawn_blocking(move || {
+            let mut object = object;
+            object.metadata_mut().remove("resourceVersion");
+            object.to_json()
         })
         .await
-        .map_err(|e| backend("commit", e))?
         .map_err(|e| backend("commit", e))?;
+        head.metadata_mut().remove("resourceVersion");
+        let rv = self.write_record_text(key, text, precondition).await?;
+        Ok(with_version(head, rv))
+    }
+
+    /// [`Self::put_record`] of a record given as text ([`RecordText`]): the same ConfigMaps,
+    /// the text made from the record's head and its fields, no object built. Gives the
+    /// record's head at its new resourceVersion.
+    pub(super) async fn put_record_text(
+        &self,
+        record: RecordText,
+        precondition: Precondition,
+    ) -> Result<Object> {
+        let key = record.key();
+        let head = record.head();
+        let text = {
+            let head = head.clone();
+            tokio::task::spawn_blocking(move || record.text(&head))
+                .await
+                .map_err(|e| backend("commit", e))?
+        };
+        let rv = self.write_record_text(&key, text, precondition).await?;
+        Ok(with_version(head, rv))
+    }
+
+    /// Writes a record's text (no `resourceVersion` in it) as its pointer ConfigMap (and
+    /// shards); gives the pointer's new resourceVersion.
+    async fn write_record_text(
+        &self,
+        key: &ObjectKey,
+        text: String,
+        precondition: Precondition,
+    ) -> Result<Option<u64>> {
+        let name = pointer_name(key);
+        let laid_out = tokio::task::spawn_blocking(move || layout(text, INLINE_MAX, PIECE_MAX))
+            .await
+            .map_err(|e| backend("commit", e))?;
         let key_json = serde_json::to_string(key).map_err(|e| backend("commit", e))?;
         let mut cm = json!({
             "apiVersion": "v1",
@@ -419,16 +453,7 @@ impl KubeStore {
             Err(_) => self.delete_shards(&name, &created).await,
         }
         let stored = written?;
-        // What was written, at the pointer's resourceVersion (not read back: the shards of a
-        // large record would be read, unpacked and parsed again for nothing).
-        let mut out = object;
-        let rv = parse_rv(stored.metadata.resource_version.as_deref())?;
-        let meta = out.metadata_mut();
-        match rv {
-            Some(rv) => meta.insert("resourceVersion".into(), Value::String(rv.to_string())),
-            None => meta.remove("resourceVersion"),
-        };
-        Ok(out)
+        parse_rv(stored.metadata.resource_version.as_deref())
     }
 
     /// Replaces (or creates, or applies) a pointer ConfigMap under `precondition`.
@@ -523,6 +548,17 @@ impl KubeStore {
             }
         }
     }
+}
+
+/// What was written, at the pointer's resourceVersion (not read back: the shards of a large
+/// record would be read, unpacked and parsed again for nothing).
+fn with_version(mut object: Object, rv: Option<u64>) -> Object {
+    let meta = object.metadata_mut();
+    match rv {
+        Some(rv) => meta.insert("resourceVersion".into(), Value::String(rv.to_string())),
+        None => meta.remove("resourceVersion"),
+    };
+    object
 }
 
 #[cfg(test)]
