@@ -510,7 +510,7 @@ pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<u64> 
     Ok(committed
         .stored
         .first()
-        .and_then(Object::resource_version)
+        .and_then(store::Stored::resource_version)
         .unwrap_or(committed.revision))
 }
 

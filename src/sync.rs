@@ -580,8 +580,10 @@ pub struct Outcome {
     pub committed_revision: u64,
     /// The objects written, with the resourceVersion the store gave them.
     pub written: Vec<(ObjectKey, u64)>,
-    /// The live objects after the sync, for every key planned (absent when deleted or missing).
-    pub live: BTreeMap<ObjectKey, Object>,
+    /// The live objects after the sync, for every key planned (absent when deleted or missing);
+    /// those written as the store gave them back ([`store::Stored`]: the copy with the store's
+    /// metadata made when asked for).
+    pub live: BTreeMap<ObjectKey, store::Stored>,
     /// The app's inventory after the sync, when it differs from the copy passed in
     /// [`Request::inventory`] (or when none was passed); `None` when that copy is still current.
     pub inventory: Option<Inventory>,
@@ -1061,7 +1063,10 @@ async fn attempt_sync(
             conflicts,
             committed_revision: 0,
             written: Vec::new(),
-            live,
+            live: live
+                .into_iter()
+                .map(|(k, o)| (k, store::Stored::from(o)))
+                .collect(),
             inventory: fresh.then(|| inventory.clone()),
             retries: attempt,
             contested: contested.clone(),
@@ -1178,7 +1183,10 @@ async fn attempt_sync(
         Some(n) => Some(n),
         None => fresh.then(|| inventory.clone()),
     };
-    let mut live_after = live;
+    let mut live_after: BTreeMap<ObjectKey, store::Stored> = live
+        .into_iter()
+        .map(|(k, o)| (k, store::Stored::from(o)))
+        .collect();
     let mut written = Vec::new();
     for obj in committed.stored {
         let key = obj.key();
@@ -1211,7 +1219,9 @@ async fn attempt_sync(
             .filter(|s| s.action == Action::Update && s.skipped.is_none())
         {
             let before = step.live.as_ref().and_then(Object::resource_version);
-            let after = live_after.get(&step.key).and_then(Object::resource_version);
+            let after = live_after
+                .get(&step.key)
+                .and_then(store::Stored::resource_version);
             if before.is_some() && before == after {
                 written.retain(|(k, _)| *k != step.key);
                 step.action = Action::Unchanged;

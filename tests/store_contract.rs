@@ -221,6 +221,16 @@ async fn check_revisions(b: &Backend) {
         c2.stored[1].resource_version(),
         "{name}"
     );
+    if s.promises().global_revision {
+        // What the commit gives back is what a read gives (the store's metadata and all),
+        // however the backend kept it (a copy, or the object given and the metadata apart).
+        for st in &c2.stored {
+            let read = s.get(&st.key()).await.unwrap().unwrap();
+            assert_eq!(*st.object(), read, "{name}");
+            assert_eq!(st.clone().into_object(), read, "{name}");
+            assert_eq!(st.unstamped().get("data"), read.get("data"), "{name}");
+        }
+    }
     let now = s.revision().await.unwrap();
     if b.exact {
         assert_eq!(now, b.at(2), "{name}");

@@ -1368,6 +1368,7 @@ impl App {
         // such an object is there to judge (a store without them leaves it Healthy).
         let unjudged = outcome.plan.steps.iter().any(|step| {
             outcome.live.get(&step.key).is_some_and(|o| {
+                let o = o.unstamped();
                 o.get("status").is_none()
                     && health::is_custom_group(o.group())
                     && !status_kinds.knows(o.group(), o.kind())
@@ -1439,7 +1440,9 @@ impl App {
                     continue;
                 }
             };
-            let live = outcome.live.get(&step.key);
+            // The stored object with the store's metadata: a copy made here, one at a time.
+            let live = outcome.live.get(&step.key).map(|s| s.object());
+            let live = live.as_deref();
             self.set_resource(
                 step.key.clone(),
                 resource(

@@ -747,7 +747,8 @@ impl Previews {
         let status_kinds = health::StatusKinds::from_objects(moved.values());
         let mut resources = Vec::new();
         for key in moved.keys() {
-            let live = outcome.live.get(key);
+            let live = outcome.live.get(key).map(|s| s.object());
+            let live = live.as_deref();
             let (sync, message) = match outcome.conflicts.get(key) {
                 Some(why) => (SyncStatus::OutOfSync, Some(why.clone())),
                 None if live.is_some() => (SyncStatus::Synced, None),

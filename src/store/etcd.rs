@@ -49,8 +49,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use super::{
-    Committed, Error, Event, Fence, Listing, Result, Selector, Store, Watch, WatchItem, Write,
-    check_distinct, stamp, stamp_record,
+    Committed, Error, Event, Fence, Listing, Result, Selector, Store, Stored, Watch, WatchItem,
+    Write, check_distinct, stamp_of, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 use crate::replicas::{Holder, PassMemory, plan_pass};
@@ -543,22 +543,26 @@ impl EtcdStore {
                         let mut head = stamp_record(old_record_meta, record.head(), 0);
                         head.metadata_mut().remove("resourceVersion");
                         let json = record.text(&head);
-                        Some((head, json))
+                        Some((Stored::from(head), json))
                     }
                     Write::Put {
                         object,
                         precondition,
                     } => {
-                        let mut new = if key.is_reserved() {
+                        if key.is_reserved() {
                             precondition.check_version(&key, old_version)?;
-                            stamp_record(old_record_meta, object.clone(), 0)
+                            let mut new = stamp_record(old_record_meta, object.clone(), 0);
+                            new.metadata_mut().remove("resourceVersion");
+                            let json = new.to_json();
+                            Some((Stored::from(new), json))
                         } else {
                             precondition.check(&key, old.as_ref())?;
-                            stamp(old.as_ref(), object.clone(), 0)
-                        };
-                        new.metadata_mut().remove("resourceVersion");
-                        let json = new.to_json();
-                        Some((new, json))
+                            // Written from the object in place (no stamped copy); the
+                            // resourceVersion is the transaction's, known once it commits.
+                            let stamp = stamp_of(old.as_ref(), object, None);
+                            let json = stamp.text(object);
+                            Some((Stored::stamped(object.clone(), stamp), json))
+                        }
                     }
                     Write::Delete { precondition, .. } => {
                         precondition.check_version(&key, old_version)?;
@@ -612,10 +616,7 @@ impl EtcdStore {
                 self.drop_parts(replaced).await;
                 let revision = resp.header().map(|h| h.revision()).unwrap_or(0) as u64;
                 for o in &mut stored {
-                    o.metadata_mut().insert(
-                        "resourceVersion".into(),
-                        Value::String(revision.to_string()),
-                    );
+                    o.set_resource_version(revision);
                 }
                 return Ok(Committed { revision, stored });
             }

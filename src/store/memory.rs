@@ -151,7 +151,7 @@ impl Store for MemoryStore {
                         key,
                         deleted: false,
                     });
-                    stored.push(new);
+                    stored.push(new.into());
                 }
                 Write::Delete { key, .. } => {
                     if inner.objects.remove(&key).is_some() {

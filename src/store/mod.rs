@@ -345,7 +345,7 @@ pub struct Committed {
     /// The store revision of the transaction (0 when it wrote nothing).
     pub revision: u64,
     /// The stored objects, one per `Put` in write order (with the store's metadata).
-    pub stored: Vec<Object>,
+    pub stored: Vec<Stored>,
 }
 
 /// Which objects a listing returns: any combination of group, kind and namespace; `None`
@@ -720,24 +720,191 @@ pub fn spec_changed(old: &Object, new: &Object) -> bool {
 /// Sets the store-managed metadata of an object about to be stored at `revision`:
 /// `resourceVersion` (the revision, as a decimal string, as Kubernetes writes it), `generation`
 /// (1 on create; +1 when [`spec_changed`]) and `creationTimestamp` (kept from `old`, or now).
-pub fn stamp(old: Option<&Object>, mut new: Object, revision: u64) -> Object {
+pub fn stamp(old: Option<&Object>, new: Object, revision: u64) -> Object {
+    stamp_of(old, &new, Some(revision)).apply(new)
+}
+
+/// The [`Stamp`] of [`stamp`], without applying it: `revision` `None` leaves
+/// `resourceVersion` out (etcd learns it only when its transaction commits).
+pub fn stamp_of(old: Option<&Object>, new: &Object, revision: Option<u64>) -> Stamp {
     let generation = match old {
         None => 1,
-        Some(o) if spec_changed(o, &new) => o.generation().max(1) + 1,
+        Some(o) if spec_changed(o, new) => o.generation().max(1) + 1,
         Some(o) => o.generation().max(1),
     };
     let created = old
         .and_then(|o| o.metadata().get("creationTimestamp").cloned())
         .filter(|v| !v.is_null())
         .unwrap_or_else(|| Value::String(now_rfc3339()));
-    let meta = new.metadata_mut();
-    meta.insert(
-        "resourceVersion".into(),
-        Value::String(revision.to_string()),
-    );
-    meta.insert("generation".into(), Value::from(generation));
-    meta.insert("creationTimestamp".into(), created);
-    new
+    Stamp {
+        resource_version: revision,
+        generation,
+        created,
+    }
+}
+
+/// The store-managed metadata a store sets on an object it writes ([`stamp`]), kept apart
+/// from the object: applying it to an object shared with the desired set (`Arc`) copies the
+/// whole object, which a store that keeps the text it writes (SQLite, etcd) does not need to
+/// do to write it ([`Stamp::text`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stamp {
+    /// `metadata.resourceVersion` (a decimal string when stored); `None`: left out.
+    pub resource_version: Option<u64>,
+    /// `metadata.generation`.
+    pub generation: u64,
+    /// `metadata.creationTimestamp` (an RFC 3339 string).
+    pub created: Value,
+}
+
+impl Stamp {
+    /// `object` with this metadata set (a copy of the object when it is shared).
+    pub fn apply(&self, mut object: Object) -> Object {
+        let meta = object.metadata_mut();
+        match self.resource_version {
+            Some(rv) => meta.insert("resourceVersion".into(), Value::String(rv.to_string())),
+            None => meta.remove("resourceVersion"),
+        };
+        meta.insert("generation".into(), Value::from(self.generation));
+        meta.insert("creationTimestamp".into(), self.created.clone());
+        object
+    }
+
+    /// The JSON text of [`Self::apply`] of `object`, written from the object in place (no
+    /// copy of it): the same fields; within `metadata`, the store's fields take the place of
+    /// those present and the others follow.
+    pub fn text(&self, object: &Object) -> String {
+        use serde::ser::{SerializeMap, Serializer};
+        struct Top<'a>(&'a serde_json::Map<String, Value>, &'a Stamp);
+        struct Meta<'a>(&'a serde_json::Map<String, Value>, &'a Stamp);
+        impl serde::Serialize for Top<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(None)?;
+                for (k, v) in self.0 {
+                    match v {
+                        Value::Object(meta) if k == "metadata" => {
+                            m.serialize_entry(k, &Meta(meta, self.1))?
+                        }
+                        _ => m.serialize_entry(k, v)?,
+                    }
+                }
+                m.end()
+            }
+        }
+        impl serde::Serialize for Meta<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                let rv = self.1.resource_version.map(|rv| rv.to_string());
+                let mut m = s.serialize_map(None)?;
+                for (k, v) in self.0 {
+                    match k.as_str() {
+                        "resourceVersion" => {
+                            if let Some(rv) = &rv {
+                                m.serialize_entry(k, rv)?
+                            }
+                        }
+                        "generation" => m.serialize_entry(k, &self.1.generation)?,
+                        "creationTimestamp" => m.serialize_entry(k, &self.1.created)?,
+                        _ => m.serialize_entry(k, v)?,
+                    }
+                }
+                if let Some(rv) = &rv
+                    && !self.0.contains_key("resourceVersion")
+                {
+                    m.serialize_entry("resourceVersion", rv)?;
+                }
+                if !self.0.contains_key("generation") {
+                    m.serialize_entry("generation", &self.1.generation)?;
+                }
+                if !self.0.contains_key("creationTimestamp") {
+                    m.serialize_entry("creationTimestamp", &self.1.created)?;
+                }
+                m.end()
+            }
+        }
+        if !matches!(object.as_map().get("metadata"), Some(Value::Object(_))) {
+            // No metadata mapping to write into (not a valid object): as applied.
+            return self.apply(object.clone()).to_json();
+        }
+        // Maps of JSON values always serialize.
+        serde_json::to_string(&Top(object.as_map(), self)).unwrap_or_default()
+    }
+}
+
+/// An object as a store wrote it ([`Committed::stored`]): either the stored object itself, or
+/// the object given with the [`Stamp`] the store set on it, not applied, so that a commit of
+/// 10,000 objects shared with the desired set does not copy each one (the copy is made when
+/// asked for, [`Stored::object`], one at a time).
+#[derive(Clone, Debug)]
+pub struct Stored {
+    object: Object,
+    stamp: Option<Stamp>,
+}
+
+impl Stored {
+    /// `object` given with the metadata the store set on it, not yet applied.
+    pub fn stamped(object: Object, stamp: Stamp) -> Self {
+        Stored {
+            object,
+            stamp: Some(stamp),
+        }
+    }
+
+    /// The object's key.
+    pub fn key(&self) -> ObjectKey {
+        self.object.key()
+    }
+
+    /// `metadata.resourceVersion` as stored.
+    pub fn resource_version(&self) -> Option<u64> {
+        match &self.stamp {
+            Some(st) => st.resource_version,
+            None => self.object.resource_version(),
+        }
+    }
+
+    /// The stored object, the store's metadata applied (a copy when it was kept apart).
+    pub fn object(&self) -> std::borrow::Cow<'_, Object> {
+        match &self.stamp {
+            None => std::borrow::Cow::Borrowed(&self.object),
+            Some(st) => std::borrow::Cow::Owned(st.apply(self.object.clone())),
+        }
+    }
+
+    /// The stored object, the store's metadata applied.
+    pub fn into_object(self) -> Object {
+        match self.stamp {
+            None => self.object,
+            Some(st) => st.apply(self.object),
+        }
+    }
+
+    /// The object's fields outside what the store sets (`metadata.resourceVersion`,
+    /// `generation`, `creationTimestamp`, which may be missing here): its kind, spec, status.
+    pub fn unstamped(&self) -> &Object {
+        &self.object
+    }
+
+    /// Sets `metadata.resourceVersion` (etcd, once its transaction committed).
+    pub(crate) fn set_resource_version(&mut self, rv: u64) {
+        match &mut self.stamp {
+            Some(st) => st.resource_version = Some(rv),
+            None => {
+                self.object
+                    .metadata_mut()
+                    .insert("resourceVersion".into(), Value::String(rv.to_string()));
+            }
+        }
+    }
+}
+
+impl From<Object> for Stored {
+    /// An object stored as it is (its metadata already set).
+    fn from(object: Object) -> Self {
+        Stored {
+            object,
+            stamp: None,
+        }
+    }
 }
 
 /// What [`stamp_record`] needs of an old record, from its stored text: its
@@ -819,6 +986,38 @@ pub(crate) fn decode(key: &ObjectKey, body: &str) -> Result<Object> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stamp_written_as_text_is_the_stamp_applied() {
+        let cases = [
+            // No store metadata yet; metadata.name first, the rest after.
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}}),
+            // Old store metadata in place (replaced where it stands), in another order.
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"creationTimestamp": "x", "name": "a", "resourceVersion": "3", "generation": 9}, "data": {}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "generation": 2}}),
+        ];
+        for case in cases {
+            let object = Object::from_value(case.clone()).unwrap();
+            for rv in [Some(12), None] {
+                let stamp = Stamp {
+                    resource_version: rv,
+                    generation: 4,
+                    created: json!("2026-12-03T00:00:00Z"),
+                };
+                let text: Value = serde_json::from_str(&stamp.text(&object)).unwrap();
+                let applied = stamp.apply(object.clone());
+                assert_eq!(text, Value::from(applied.clone()), "{case} {rv:?}");
+                assert_eq!(applied.resource_version(), rv);
+                assert_eq!(applied.generation(), 4);
+                let stored = Stored::stamped(object.clone(), stamp.clone());
+                assert_eq!(stored.resource_version(), rv);
+                assert_eq!(*stored.object(), applied);
+                assert_eq!(stored.key(), object.key());
+                // The object given is not touched.
+                assert_eq!(Value::from(object.clone()), case);
+            }
+        }
+    }
 
     fn obj(v: Value) -> Object {
         Object::from_value(v).unwrap()

@@ -20,8 +20,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
 use super::{
-    Committed, Error, Event, Listing, Result, Selector, Store, Watch, WatchItem, Write,
-    check_distinct, decode, stamp, stamp_record,
+    Committed, Error, Event, Listing, Result, Selector, Store, Stored, Watch, WatchItem, Write,
+    check_distinct, decode, stamp_of, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 
@@ -279,7 +279,7 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 precondition.check_version(&key, rev)?;
                 let head = stamp_record(meta, record.head(), revision);
                 let body = record.text(&head);
-                (head, body)
+                (Stored::from(head), body)
             }
             Write::Put {
                 object,
@@ -290,7 +290,7 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 precondition.check_version(&key, rev)?;
                 let new = stamp_record(meta, object, revision);
                 let body = new.to_json();
-                (new, body)
+                (Stored::from(new), body)
             }
             Write::Put {
                 object,
@@ -298,9 +298,10 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
             } => {
                 let old = read_one(&tx, &key)?;
                 precondition.check(&key, old.as_ref())?;
-                let new = stamp(old.as_ref(), object, revision);
-                let body = new.to_json();
-                (new, body)
+                // Written from the object in place: no stamped copy of it is built.
+                let stamp = stamp_of(old.as_ref(), &object, Some(revision));
+                let body = stamp.text(&object);
+                (Stored::stamped(object, stamp), body)
             }
         };
         tx.prepare_cached(

@@ -48,7 +48,7 @@ use tokio::sync::mpsc;
 
 use super::{
     APP_LABEL, Committed, Error, Event, Listing, Precondition, Promises, Result, Selector, Store,
-    Watch, WatchItem, Write,
+    Stored, Watch, WatchItem, Write,
 };
 use crate::object::{Object, ObjectKey, RESERVED_GROUP};
 
@@ -945,7 +945,7 @@ impl Store for KubeStore {
             for r in results {
                 let (stored, rv) = r?;
                 committed.revision = committed.revision.max(rv.unwrap_or(0));
-                committed.stored.extend(stored);
+                committed.stored.extend(stored.map(Stored::from));
             }
         }
         self.saw(Some(committed.revision));
