@@ -616,9 +616,123 @@ pub fn qualified_name_error(s: &str) -> Option<String> {
     })
 }
 
+/// Parses JSON text into a [`Value`] whose mappings and lists are allocated at their exact
+/// size. `serde_json::from_str::<Value>` grows each one as it reads it (a mapping of 5 keys
+/// ends with room for 8, and its index table with it): for what driftless reads back in bulk
+/// (an inventory's 10,000 entries, a listing), that slack is more than half the memory the
+/// objects take. Same result otherwise: duplicate keys keep the last value, as serde_json does.
+///
+/// # Errors
+///
+/// A `serde_json` error (with line and column) when the text is not one JSON value.
+pub fn parse_json_compact(text: &str) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = Compact.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// The seed and visitor of [`parse_json_compact`].
+struct Compact;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Compact {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Compact {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Compact)? {
+            items.push(item);
+        }
+        items.shrink_to_fit();
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries: Vec<(String, Value)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Compact)?;
+            entries.push((key, value));
+        }
+        let mut out = Map::with_capacity(entries.len());
+        for (key, value) in entries {
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_json_is_serde_jsons_value_at_its_exact_size() {
+        for text in [
+            r#"{"a":1,"b":[1,2.5,-3,"x",null,true,{"c":{}}],"a":2,"d":18446744073709551615}"#,
+            "[]",
+            r#""s\u00e9""#,
+            "1e400",
+        ] {
+            let compact = parse_json_compact(text);
+            let plain = serde_json::from_str::<Value>(text);
+            assert_eq!(compact.ok(), plain.ok(), "{text}");
+        }
+        let v = parse_json_compact(r#"{"a":[1,2,3],"b":{"c":1,"d":2,"e":3}}"#).unwrap();
+        assert_eq!(v["a"].as_array().unwrap().capacity(), 3);
+        // Not one value: an error with its place.
+        let e = parse_json_compact("{\"a\": 1} x").unwrap_err();
+        assert_eq!((e.line(), e.column()), (1, 10));
+        assert!(parse_json_compact("{\"a\": }").is_err());
+    }
 
     #[test]
     fn a_lowercase_suggestion_is_made_only_when_it_would_be_valid() {

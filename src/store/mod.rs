@@ -972,7 +972,7 @@ pub(crate) fn check_distinct(writes: &[Write]) -> Result<()> {
 
 /// Parses a stored value.
 pub(crate) fn decode(key: &ObjectKey, body: &str) -> Result<Object> {
-    let value: Value = serde_json::from_str(body).map_err(|e| Error::Corrupt {
+    let value = crate::object::parse_json_compact(body).map_err(|e| Error::Corrupt {
         key: key.clone(),
         source: Box::new(e),
     })?;
