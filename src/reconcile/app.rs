@@ -1051,6 +1051,18 @@ impl App {
                 .is_some_and(|f| f.restored && f.revision == revision);
         if reread {
             tracing::debug!(revision = %revision.short(), objects = desired.len(), "Revision in force read again after a restart");
+            // The inventory read at start-up holds its own copy of each object; in the
+            // running agent (long-lived: a one-shot sync ends before it would matter), the
+            // equal ones are shared with the set just parsed.
+            if self.status_writer.is_some()
+                && let Some(inventory) = self.inventory.as_mut()
+            {
+                let shared = inventory.share_with(&desired);
+                tracing::debug!(
+                    shared,
+                    "Inventory entries shared with the revision parsed again"
+                );
+            }
         } else {
             tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         }
