@@ -900,6 +900,10 @@ fn measure_apps(a: &Args, work: &Path, backend: &Backend, n: usize) -> AppsMeasu
         // Each change to another object: the same object changed back again and again is a
         // fight, whose reverts the agent backs off on purpose.
         let changes = a.changes.min(100).min(names.len());
+        // The last webhook named every app (one repository): their fetches (each finding its
+        // folder unchanged) run on after the one commit is applied. Drift is measured once
+        // they are done, as at steady state; a revert during such a burst waits behind it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let mut drift = revert_latencies(store.as_ref(), &ns, &names, changes, 0).await;
         // Idle: nothing changes for a while.
         tokio::time::sleep(Duration::from_secs(2)).await;
