@@ -643,7 +643,10 @@ pub fn qualified_name_error(s: &str) -> Option<String> {
 /// size. `serde_json::from_str::<Value>` grows each one as it reads it (a mapping of 5 keys
 /// ends with room for 8, and its index table with it): for what driftless reads back in bulk
 /// (an inventory's 10,000 entries, a listing), that slack is more than half the memory the
-/// objects take. Same result otherwise: duplicate keys keep the last value, as serde_json does.
+/// objects take. Same result otherwise: duplicate keys keep the last value, as serde_json does;
+/// serde_json's recursion limit (128) holds. One difference: with serde_json's `raw_value`
+/// feature on, its parse reads a mapping whose only key is its private raw-value token as that
+/// raw value; this one keeps the mapping, as the text says.
 ///
 /// # Errors
 ///

@@ -490,12 +490,8 @@ pub async fn read_versioned(
 ///
 /// A store error.
 pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<u64> {
-    #[derive(Serialize)]
-    struct Fields<'a> {
-        status: &'a AppStatus,
-    }
     // Straight to text (a status of 10,000 objects is megabytes): no JSON tree of it.
-    let record = store::RecordText::new(KIND, &status.name, &Fields { status }).map_err(|e| {
+    let record = store::RecordText::new(KIND, &status.name, "status", status).map_err(|e| {
         store::Error::Corrupt {
             key: AppStatus::record_key(&status.name),
             source: Box::new(e),

@@ -167,10 +167,6 @@ impl Inventory {
     /// [`Error::Inventory`] when serializing fails (maps of JSON values do not).
     pub fn to_record_text(&self) -> Result<RecordText> {
         #[derive(serde::Serialize)]
-        struct Fields<'a> {
-            spec: Spec<'a>,
-        }
-        #[derive(serde::Serialize)]
         struct Spec<'a> {
             revision: Option<&'a str>,
             source: Option<&'a str>,
@@ -187,27 +183,25 @@ impl Inventory {
                 s.collect_seq(self.0.values())
             }
         }
-        let fields = Fields {
-            spec: Spec {
-                revision: self.revision.as_ref().map(|r| r.0.as_str()),
-                source: self.source.as_deref(),
-                entries: Entries(&self.entries),
-                retained: (!self.retained.is_empty()).then(|| {
-                    self.retained
-                        .iter()
-                        .map(|k| {
-                            [
-                                k.group.as_str(),
-                                k.kind.as_str(),
-                                k.namespace.as_str(),
-                                k.name.as_str(),
-                            ]
-                        })
-                        .collect()
-                }),
-            },
+        let spec = Spec {
+            revision: self.revision.as_ref().map(|r| r.0.as_str()),
+            source: self.source.as_deref(),
+            entries: Entries(&self.entries),
+            retained: (!self.retained.is_empty()).then(|| {
+                self.retained
+                    .iter()
+                    .map(|k| {
+                        [
+                            k.group.as_str(),
+                            k.kind.as_str(),
+                            k.namespace.as_str(),
+                            k.name.as_str(),
+                        ]
+                    })
+                    .collect()
+            }),
         };
-        RecordText::new(INVENTORY_KIND, &self.app, &fields).map_err(|e| Error::Inventory {
+        RecordText::new(INVENTORY_KIND, &self.app, "spec", &spec).map_err(|e| Error::Inventory {
             app: self.app.clone(),
             source: Box::new(e),
         })

@@ -670,7 +670,7 @@ async fn check_large_records(b: &Backend) {
     let text = |n: u64| {
         let mut f = fields.clone();
         f["spec"]["n"] = json!(n);
-        store::RecordText::new("Status", "text", &f).unwrap()
+        store::RecordText::new("Status", "text", "spec", &f["spec"]).unwrap()
     };
     let created = s
         .commit(vec![store::Write::PutRecord {
@@ -680,6 +680,10 @@ async fn check_large_records(b: &Backend) {
         .await
         .unwrap_or_else(|e| panic!("{name}: a record as text: {}", store::error_chain(&e)));
     let key = text(1).key();
+    // A field the head holds would override the store's metadata: refused.
+    for field in ["apiVersion", "kind", "metadata"] {
+        assert!(store::RecordText::new("Status", "text", field, &json!({})).is_err());
+    }
     assert_eq!(created.stored[0].key(), key, "{name}");
     assert_eq!(
         created.stored[0].resource_version(),

@@ -674,15 +674,12 @@ impl EtcdStore {
             // A value above PART_BYTES goes in parts of its own; the transaction carries its
             // marker.
             let size = match w {
-                Write::Put { object, .. } => {
-                    let n = object.json_len();
-                    if n > PART_BYTES { 256 } else { n + 64 }
-                }
-                // The head (about 200 bytes stamped) and the record's own fields.
-                Write::PutRecord { record, .. } => {
-                    let n = record.len() + 256;
-                    if n > PART_BYTES { 256 } else { n + 64 }
-                }
+                // Sized before the store's metadata is laid over it (a few hundred bytes at
+                // most: a record's head, an object's generation and creationTimestamp): one
+                // that may go either side of PART_BYTES is counted whole, since it may stay
+                // inline.
+                Write::Put { object, .. } => stored_size(object.json_len()),
+                Write::PutRecord { record, .. } => stored_size(record.len()),
                 Write::Delete { .. } => 64,
             } + self.opts.prefix.len();
             if i == 0 || len >= max_ops || bytes + size > self.opts.max_txn_bytes {
@@ -801,6 +798,20 @@ const PARTS_MARKER: &str = "driftless.io/parts";
 /// Where a split value is written: at most this many bytes per part (1 MiB), each part its own
 /// key and request, under etcd's default 1.5 MiB request limit.
 const PART_BYTES: usize = 1 << 20;
+
+/// Bytes a value of about `n` bytes (before the store's metadata is laid over it, which adds
+/// or takes away at most [`STAMP_SLACK`]) takes in a transaction: its marker when it is sure
+/// to be split into parts (above [`PART_BYTES`] either way), else all of it and the slack.
+fn stored_size(n: usize) -> usize {
+    if n > PART_BYTES + STAMP_SLACK {
+        256
+    } else {
+        n + STAMP_SLACK
+    }
+}
+
+/// What a store's metadata (and a record's head) adds to a value, at most, in bytes.
+const STAMP_SLACK: usize = 512;
 
 /// A value split into parts: the marker stored at the object's key.
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -1570,6 +1581,18 @@ struct Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_near_the_part_size_is_counted_whole_where_it_may_stay_inline() {
+        // Below, at and just above PART_BYTES (where the store's metadata may take the stored
+        // text either side): counted whole, never as a marker.
+        for n in [10, PART_BYTES - 100, PART_BYTES, PART_BYTES + STAMP_SLACK] {
+            assert_eq!(stored_size(n), n + STAMP_SLACK, "{n}");
+        }
+        // Surely split: its marker.
+        assert_eq!(stored_size(PART_BYTES + STAMP_SLACK + 1), 256);
+        assert_eq!(stored_size(3 << 20), 256);
+    }
 
     /// A single-member etcd on loopback with its data in memory, killed on drop: the binary
     /// in `ETCD_BIN` (the etcd 3.6 `scripts/test` builds), else `etcd` on the PATH. A missing

@@ -261,27 +261,31 @@ pub struct RecordText {
 }
 
 impl RecordText {
-    /// The record `kind`/`name` of the reserved group whose own fields are `fields`, which
-    /// must serialize as a JSON object without `apiVersion`, `kind` or `metadata`
-    /// (e.g. a struct of borrowed entries).
+    /// The record `kind`/`name` of the reserved group with one field of its own, `field`
+    /// (e.g. `spec`), whose value is `value` serialized (e.g. a struct of borrowed entries).
     ///
     /// # Errors
     ///
-    /// A `serde_json` error when `fields` fails to serialize or is not a JSON object.
+    /// A `serde_json` error when `value` fails to serialize, or when `field` is one the head
+    /// holds (`apiVersion`, `kind`, `metadata`): a second one in the text would override the
+    /// store's.
     pub fn new(
         kind: &str,
         name: &str,
-        fields: &impl serde::Serialize,
+        field: &str,
+        value: &impl serde::Serialize,
     ) -> std::result::Result<Self, serde_json::Error> {
-        let text = serde_json::to_string(fields)?;
-        let members = text
-            .strip_prefix('{')
-            .and_then(|t| t.strip_suffix('}'))
-            .ok_or_else(|| {
-                <serde_json::Error as serde::ser::Error>::custom(
-                    "a record's fields must serialize as a JSON object",
-                )
-            })?;
+        if matches!(field, "apiVersion" | "kind" | "metadata") {
+            return Err(<serde_json::Error as serde::ser::Error>::custom(format!(
+                "a record's own field cannot be `{field}`: the store's head holds it"
+            )));
+        }
+        let value = serde_json::to_string(value)?;
+        let field = serde_json::to_string(field)?;
+        let mut members = String::with_capacity(field.len() + 1 + value.len());
+        members.push_str(&field);
+        members.push(':');
+        members.push_str(&value);
         Ok(RecordText {
             kind: kind.into(),
             name: name.into(),
