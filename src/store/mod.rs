@@ -889,6 +889,7 @@ impl Stored {
     }
 
     /// Sets `metadata.resourceVersion` (etcd, once its transaction committed).
+    #[cfg(feature = "etcd")]
     pub(crate) fn set_resource_version(&mut self, rv: u64) {
         match &mut self.stamp {
             Some(st) => st.resource_version = Some(rv),
@@ -914,6 +915,7 @@ impl From<Object> for Stored {
 /// What [`stamp_record`] needs of an old record, from its stored text: its
 /// `metadata.creationTimestamp` and `metadata.generation` (the rest is skipped, not built);
 /// `None` when the text is not a JSON object.
+#[cfg(feature = "etcd")]
 pub(crate) fn record_meta_of(text: &str) -> Option<(Option<String>, Option<u64>)> {
     #[derive(serde::Deserialize)]
     struct Head {
