@@ -339,15 +339,15 @@ impl AppStatus {
         ObjectKey::new(RESERVED_GROUP, KIND, "", app)
     }
 
-    /// The record to store: `status` holds this struct.
-    pub fn to_record(&self) -> Object {
-        let mut body = serde_json::Map::new();
-        // A struct of strings, vectors and enums always serializes.
-        body.insert(
-            "status".into(),
-            serde_json::to_value(self).unwrap_or(Value::Null),
-        );
-        Object::reserved(KIND, &self.name, body)
+    /// The record to store, as text (a status of 10,000 objects is megabytes: no JSON tree
+    /// of it): `status` holds this struct.
+    ///
+    /// # Errors
+    ///
+    /// A `serde_json` error when serializing fails (a struct of strings, vectors and enums
+    /// does not).
+    pub fn to_record_text(&self) -> Result<store::RecordText, serde_json::Error> {
+        store::RecordText::new(KIND, &self.name, "status", self)
     }
 
     /// Reads a record back.
@@ -490,12 +490,9 @@ pub async fn read_versioned(
 ///
 /// A store error.
 pub async fn write(store: &dyn Store, status: &AppStatus) -> store::Result<u64> {
-    // Straight to text (a status of 10,000 objects is megabytes): no JSON tree of it.
-    let record = store::RecordText::new(KIND, &status.name, "status", status).map_err(|e| {
-        store::Error::Corrupt {
-            key: AppStatus::record_key(&status.name),
-            source: Box::new(e),
-        }
+    let record = status.to_record_text().map_err(|e| store::Error::Corrupt {
+        key: AppStatus::record_key(&status.name),
+        source: Box::new(e),
     })?;
     let committed = store
         .commit(vec![Write::PutRecord {
@@ -596,7 +593,7 @@ mod tests {
             v["conditions"][0]["lastTransitionTime"],
             "2026-11-29T12:00:00Z"
         );
-        let rec = s.to_record();
+        let rec = s.to_record_text().unwrap().to_object().unwrap();
         assert_eq!(rec.key(), AppStatus::record_key("guestbook"));
         assert_eq!(AppStatus::from_record(&rec).unwrap(), s);
     }

@@ -120,47 +120,10 @@ impl Inventory {
         ObjectKey::new(RESERVED_GROUP, INVENTORY_KIND, "", app)
     }
 
-    /// The record to store: `spec.revision`, `spec.source` and `spec.entries` (the last-applied
-    /// objects).
-    pub fn to_record(&self) -> Object {
-        let mut spec = Map::new();
-        spec.insert(
-            "revision".into(),
-            self.revision
-                .as_ref()
-                .map_or(Value::Null, |r| Value::String(r.0.clone())),
-        );
-        spec.insert(
-            "source".into(),
-            self.source.clone().map_or(Value::Null, Value::String),
-        );
-        spec.insert(
-            "entries".into(),
-            Value::Array(
-                self.entries
-                    .values()
-                    .map(|o| Value::from(o.clone()))
-                    .collect(),
-            ),
-        );
-        if !self.retained.is_empty() {
-            spec.insert(
-                "retained".into(),
-                Value::Array(
-                    self.retained
-                        .iter()
-                        .map(|k| serde_json::json!([k.group, k.kind, k.namespace, k.name]))
-                        .collect(),
-                ),
-            );
-        }
-        let mut body = Map::new();
-        body.insert("spec".into(), Value::Object(spec));
-        Object::reserved(INVENTORY_KIND, &self.app, body)
-    }
-
-    /// [`Self::to_record`] as text, the same JSON made from the entries in place (no copy of
-    /// them): what the sync writes ([`Write::PutRecord`]).
+    /// The record to store, as text made from the entries in place (no copy of them; what
+    /// the sync writes, [`Write::PutRecord`]): `spec.revision` and `spec.source` (strings or
+    /// null), `spec.entries` (the last-applied objects, in key order) and, when any,
+    /// `spec.retained` (`[group, kind, namespace, name]` each).
     ///
     /// # Errors
     ///
@@ -1630,17 +1593,18 @@ mod tests {
             ..Inventory::default()
         };
         inv.retained.insert(cm("c1", "1").key());
-        // The text the sync writes is the record as an object, field for field.
+        // The text the sync writes reads back as the inventory, with and without retained
+        // entries, whichever way it is read.
         let as_text = inv.to_record_text().unwrap();
         assert_eq!(as_text.key(), Inventory::record_key("app"));
-        assert_eq!(as_text.to_object().unwrap(), inv.to_record());
-        inv.retained.clear();
-        assert_eq!(
-            inv.to_record_text().unwrap().to_object().unwrap(),
-            inv.to_record()
-        );
-        inv.retained.insert(cm("c1", "1").key());
-        let mut record = inv.to_record();
+        let mut bare = inv.clone();
+        bare.retained.clear();
+        let bare_record = bare.to_record_text().unwrap().to_object().unwrap();
+        assert!(bare_record.get("spec").unwrap().get("retained").is_none());
+        let mut bare_read = Inventory::from_record("app", bare_record).unwrap();
+        bare_read.resource_version = None;
+        assert_eq!(bare_read, bare);
+        let mut record = as_text.to_object().unwrap();
         record
             .metadata_mut()
             .insert("resourceVersion".into(), json!("7"));
@@ -1651,6 +1615,13 @@ mod tests {
         let slow = Inventory::from_record("app", record).unwrap();
         assert_eq!(fast, slow);
         assert_eq!(fast.entries.len(), 600);
+        assert_eq!(
+            fast,
+            Inventory {
+                resource_version: Some(7),
+                ..inv.clone()
+            }
+        );
         // Read beside a desired set: an entry whose text is the desired object's is that object
         // (shared); one that differs (c2's value), one not desired (c3), one with the same key
         // and other fields (c4 with a label) are decoded as stored.
@@ -1870,8 +1841,8 @@ mod tests {
             };
             store
                 .commit(vec![
-                    Write::Put {
-                        object: inv.to_record(),
+                    Write::PutRecord {
+                        record: inv.to_record_text().unwrap(),
                         precondition: Precondition::Absent,
                     },
                     Write::Put {
