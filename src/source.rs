@@ -190,8 +190,11 @@ pub struct Files {
     pub files: Vec<(String, Vec<u8>)>,
     /// Symlink errors and similar, each naming the link's path.
     pub diagnostics: Vec<Diagnostic>,
-    /// The id of the tree at the app's path: equal ids mean equal contents.
-    pub tree_id: String,
+    /// What the walk read, as one id: equal ids mean equal files read. The id of the tree at
+    /// the app's path; when the walk followed a symlink (whose target's contents that tree does
+    /// not cover: a link to `../shared/x.yaml` is the same tree entry whatever `x.yaml` holds),
+    /// a SHA-256 of that id and of each file's path and blob id instead.
+    pub content_id: String,
     /// The blob id of each file, by path: equal ids mean equal bytes.
     pub blob_ids: HashMap<String, String>,
     /// Folders (the path itself included) that hold a kustomization file
@@ -1708,6 +1711,11 @@ fn join(dir: &str, name: &str) -> String {
 
 const MAX_LINK_HOPS: usize = 16;
 
+/// Lowercase hexadecimal of `bytes` (digests in cache keys and folder names).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 struct Walker<'r> {
     repo: &'r Repository,
     root: git2::Tree<'r>,
@@ -1720,6 +1728,9 @@ struct Walker<'r> {
     bytes: u64,
     /// Set when a limit was passed: the walk stops and reads nothing more.
     stopped: bool,
+    /// Set when a symlink was followed to a file or folder: [`Files::content_id`] must then
+    /// cover the files read, not only the tree at the path.
+    followed_link: bool,
     /// Which files to read, by path.
     wants: fn(&str) -> bool,
     /// Stop at folders that hold a kustomization file or a chart, and note them
@@ -1775,8 +1786,19 @@ fn read_files(
             Resolved::Missing => return Err(path_not_found(missing)),
         }
     };
-    walker.out.tree_id = tree.id().to_string();
     walker.walk(&tree, &base, 0)?;
+    walker.out.content_id = if walker.followed_link {
+        let mut read: Vec<(&String, &String)> = walker.out.blob_ids.iter().collect();
+        read.sort();
+        let mut h = Sha256::new();
+        h.update(format!("tree={}\0", tree.id()));
+        for (path, id) in read {
+            h.update(format!("{path}={id}\0"));
+        }
+        hex(&h.finalize())
+    } else {
+        tree.id().to_string()
+    };
     if walker.stopped {
         // Refused whole: what was read so far is no desired set, and parsing it would only
         // repeat the cost the bound is there to cap.
@@ -1816,6 +1838,7 @@ impl<'r> Walker<'r> {
             entries: 0,
             bytes: 0,
             stopped: false,
+            followed_link: false,
             wants,
             stop_at_rendered,
         }
@@ -2020,8 +2043,12 @@ impl<'r> Walker<'r> {
             return Ok(());
         };
         match self.resolve(&dest, 1) {
-            Some(Resolved::Tree(t)) => self.walk(&t, path, depth + 1),
+            Some(Resolved::Tree(t)) => {
+                self.followed_link = true;
+                self.walk(&t, path, depth + 1)
+            }
             Some(Resolved::Blob(oid)) => {
+                self.followed_link = true;
                 if (self.wants)(path) {
                     self.read_blob(path, oid)?;
                 }

@@ -371,6 +371,32 @@ fn in_a_monorepo_a_commit_elsewhere_is_not_planned_again_and_unchanged_files_are
     );
 }
 
+/// The running agent's "path unchanged" shortcut covers what symlinks in the path lead to: a
+/// commit that changes only a file outside the app's folder, which a link in it points to, is a
+/// new desired set (the folder's tree id alone does not change).
+#[test]
+fn a_commit_changing_only_a_file_a_link_points_to_is_applied_by_the_running_agent() {
+    let env = Env::with_options("1s", "");
+    env.repo
+        .write("shared/s.yaml", configmap("s", &[("k", "1")]));
+    env.repo.symlink("app/s.yaml", "../shared/s.yaml");
+    env.repo.commit("a linked file");
+    let agent = env.agent();
+    env.wait("the linked object", Duration::from_secs(30), || {
+        env.get("configmap", "s")
+            .is_some_and(|c| c["data"]["k"] == "1")
+    });
+    env.repo
+        .write("shared/s.yaml", configmap("s", &[("k", "2")]));
+    env.repo.commit("only the linked file");
+    env.wait("the linked file's change", Duration::from_secs(30), || {
+        env.get("configmap", "s")
+            .is_some_and(|c| c["data"]["k"] == "2")
+    });
+    let (code, _) = agent.stop();
+    assert_eq!(code, Some(0));
+}
+
 fn ssh_keygen(path: &Path) -> String {
     let out = std::process::Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "signer", "-f"])

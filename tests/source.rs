@@ -192,7 +192,7 @@ async fn reads_manifests_from_the_tree_in_path_order_without_a_checkout() {
 }
 
 #[tokio::test]
-async fn tree_ids_change_only_when_the_path_changes() {
+async fn content_ids_change_only_when_what_the_path_reads_changes() {
     let repo = GitRepo::new();
     repo.write("app/a.yaml", "a").write("other/b.yaml", "b");
     let c1 = repo.commit("1");
@@ -200,6 +200,15 @@ async fn tree_ids_change_only_when_the_path_changes() {
     let c2 = repo.commit("2");
     repo.write("app/a.yaml", "a2");
     let c3 = repo.commit("3");
+    // A link in the path to a file outside it: the tree at the path is the same entry whatever
+    // the file holds; the content id is not.
+    repo.write("shared/s.yaml", "s")
+        .symlink("app/s.yaml", "../shared/s.yaml");
+    let c4 = repo.commit("4");
+    repo.write("shared/s.yaml", "s2");
+    let c5 = repo.commit("5");
+    repo.write("other/b.yaml", "b3");
+    let c6 = repo.commit("6");
     let (_d, cache) = cache();
     cache.fetch(&repo.url(), None).await.unwrap();
     let t = |c: String| {
@@ -210,12 +219,16 @@ async fn tree_ids_change_only_when_the_path_changes() {
                 .read(&url, &Revision(c), "app", Limits::default())
                 .await
                 .unwrap()
-                .tree_id
+                .content_id
         }
     };
     let (t1, t2, t3) = (t(c1).await, t(c2).await, t(c3).await);
     assert_eq!(t1, t2);
     assert_ne!(t2, t3);
+    let (t4, t5, t6) = (t(c4).await, t(c5).await, t(c6).await);
+    assert_ne!(t3, t4);
+    assert_ne!(t4, t5, "the linked file changed");
+    assert_eq!(t5, t6, "a file neither in the path nor linked from it");
 }
 
 #[tokio::test]

@@ -52,7 +52,7 @@ use crate::config::AppConfig;
 use crate::ignore::{self, IgnoreRule};
 use crate::manifest::{self, DesiredSet, Diagnostic, FileResult};
 use crate::object::Revision;
-use crate::source::{self, Entry, Files, GitCache, HelmConfig, RenderTools, charts};
+use crate::source::{self, Entry, Files, GitCache, HelmConfig, RenderTools, charts, hex};
 
 /// Errors of the render stage.
 #[derive(Debug, thiserror::Error)]
@@ -498,7 +498,7 @@ impl Render {
         };
         let mut units = Vec::new();
         let mut key = Sha256::new();
-        key.update(files.tree_id.as_bytes());
+        key.update(files.content_id.as_bytes());
         for (root, (walk, root_id)) in roots.into_iter().zip(walks) {
             diagnostics.extend(walk.diagnostics.iter().cloned());
             let mut k = format!("kustomize\0{root}\0");
@@ -513,7 +513,7 @@ impl Render {
             units.push((unit_key, Unit::Kustomize { root, walk }));
         }
         let key = if units.is_empty() && diagnostics.is_empty() {
-            files.tree_id.clone()
+            files.content_id.clone()
         } else {
             for d in &diagnostics {
                 key.update(d.to_string().as_bytes());
@@ -631,7 +631,7 @@ impl Render {
         }
         let key = hex(&Sha256::digest(k.as_bytes()));
         let files = Files {
-            tree_id: path_entry.id().unwrap_or_default().to_string(),
+            content_id: path_entry.id().unwrap_or_default().to_string(),
             ..Files::default()
         };
         Ok(Prepared {
@@ -1195,10 +1195,6 @@ fn join(dir: &str, name: &str) -> String {
     } else {
         format!("{dir}/{name}")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn short_hash(text: &str) -> String {

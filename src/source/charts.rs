@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::redact_url;
+use super::{hex, redact_url};
 
 /// The largest `index.yaml` read: 64 MiB (public indexes with thousands of versions are a few
 /// tens of MB).
@@ -733,10 +733,6 @@ fn version_req(text: &str) -> Result<Vec<semver::VersionReq>, String> {
         out.push(semver::VersionReq::parse(&joined.join(", ")).map_err(|e| e.to_string())?);
     }
     Ok(out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `<host>-<hash>`: the cache folder of one repository URL.
