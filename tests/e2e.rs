@@ -1923,3 +1923,102 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     assert_eq!((created, updated, sync), (1, 1, Synced));
     assert_eq!(process(none()).await, (0, 0, 0, 5, Synced));
 }
+
+/// A new `driftless sync` whose revision has the same files at the app's path as the set the
+/// last process applied (plain manifests, same build of driftless) takes that set up from the
+/// inventory instead of parsing the revision again; it still finds and reverts what moved out
+/// of band. A changed file in the path, or a Verified record whose digest is not the
+/// inventory's, makes the next process read the revision again.
+#[test]
+fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it() {
+    use driftless::store::{Precondition, Store, Write};
+    let env = Env::new();
+    // Each run: (parsed the revision, took the set up, stdout).
+    let sync = |env: &Env| {
+        let out = env
+            .cmd()
+            .arg("sync")
+            .env("RUST_LOG", "driftless=debug")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let log = stderr(&out);
+        (
+            log.contains("Manifests parsed"),
+            log.contains("taken up from the inventory"),
+            stdout(&out),
+        )
+    };
+    let (parsed, taken, out) = sync(&env);
+    assert!(parsed && !taken, "{out}");
+    assert!(out.contains("2 created"), "{out}");
+    let (parsed, taken, out) = sync(&env);
+    assert!(!parsed && taken, "the same files: not parsed again; {out}");
+    assert!(out.contains("2 unchanged"), "{out}");
+    // A commit outside the app's path: the same files, still not parsed.
+    env.repo.write("elsewhere/x.txt", "x");
+    let head = env.repo.commit("elsewhere");
+    let (parsed, taken, _) = sync(&env);
+    assert!(!parsed && taken);
+    assert_eq!(env.status()["revision"], head.as_str());
+    // Drift out of band: found and reverted without parsing.
+    env.put(&configmap("a", &[("k", "drift")]));
+    let (parsed, taken, out) = sync(&env);
+    assert!(!parsed && taken);
+    assert!(out.contains("1 updated"), "{out}");
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // A file in the path changes: parsed and applied.
+    env.repo.write("app/b.yaml", configmap("b", &[("k", "2")]));
+    env.repo.commit("b changes");
+    let (parsed, taken, out) = sync(&env);
+    assert!(parsed && !taken, "{out}");
+    assert!(out.contains("1 updated"), "{out}");
+    assert_eq!(env.get("configmap", "b").unwrap()["data"]["k"], "2");
+    let (parsed, taken, _) = sync(&env);
+    assert!(!parsed && taken);
+    // A Verified record whose digest is not the inventory's entries': read again.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = driftless::store::sqlite::SqliteStore::open(
+            &env.dir.path().join("store.db"),
+            Default::default(),
+        )
+        .unwrap();
+        let key = driftless::sync::Persisted::record_key("demo");
+        let record = store.get(&key).await.unwrap().unwrap();
+        let mut p = driftless::sync::Persisted::from_record(&record).unwrap();
+        assert!(p.reuse.is_some());
+        p.digest = "0".repeat(64);
+        store
+            .commit(vec![Write::Put {
+                object: p.to_record("demo"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+    });
+    let (parsed, taken, out) = sync(&env);
+    assert!(parsed && !taken, "{out}");
+    assert!(out.contains("2 unchanged"), "{out}");
+    let (parsed, taken, _) = sync(&env);
+    assert!(!parsed && taken, "the next process writes a good record");
+    // Another build of driftless (here: the same binary copied, so another executable): its
+    // parser may read the files otherwise, so it reads the revision again.
+    let other = env.dir.path().join("driftless-other");
+    std::fs::copy(env!("CARGO_BIN_EXE_driftless"), &other).unwrap();
+    let out = Command::new(&other)
+        .arg("-c")
+        .arg(env.config())
+        .arg("sync")
+        .current_dir(env.dir.path())
+        .env("RUST_LOG", "driftless=debug")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Manifests parsed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("2 unchanged"), "{}", stdout(&out));
+}

@@ -46,6 +46,10 @@ struct InForce {
     source: String,
     /// Tree id at the app's path, when known: an equal tree needs no parsing.
     tree_id: Option<String>,
+    /// [`crate::render::Prepared::reuse_key`] of what `desired` was read from, when it has
+    /// one and the read reported nothing: written in the [`sync::Persisted`] record, so that
+    /// a new process may take the set up from the inventory instead of reading it again.
+    reuse: Option<String>,
     /// Shared: cloning the state in force must not copy every object.
     desired: Arc<BTreeMap<ObjectKey, Object>>,
     /// True when `desired` was restored from the inventory (a restart, a takeover, another
@@ -185,6 +189,7 @@ impl App {
             revision,
             source: inventory.source.clone().unwrap_or_default(),
             tree_id: None,
+            reuse: None,
             desired: Arc::new(inventory.desired()),
             restored: true,
         });
@@ -415,6 +420,7 @@ impl App {
                         revision: revision.clone(),
                         source: inv.source.clone().unwrap_or_default(),
                         tree_id: None,
+                        reuse: None,
                         desired: Arc::new(inv.desired()),
                         restored: true,
                     });
@@ -444,6 +450,7 @@ impl App {
                     revision,
                     source: inv.source.clone().unwrap_or_default(),
                     tree_id: None,
+                    reuse: None,
                     desired: Arc::new(inv.desired()),
                     restored: true,
                 });
@@ -915,6 +922,27 @@ impl App {
                 return Err(FetchFailed::Source);
             }
         };
+        // After a restart: the set restored from the inventory is the one this revision reads
+        // as, when the last process read it from files with this reuse key and the inventory
+        // entries have the digest of what it read. Then nothing is parsed again.
+        if self.take_up_restored(&prepared, &identity) {
+            let f = self.in_force.as_ref().expect("taken up");
+            tracing::debug!(revision = %revision.short(), objects = f.desired.len(), "The revision reads as the set the last process applied (same files, same build); taken up from the inventory, not parsed again");
+            if self.applied.as_ref() == Some(&f.revision) {
+                self.applied = Some(revision.clone());
+            }
+            let f = self.in_force.take().expect("taken up");
+            self.in_force = Some(InForce {
+                revision,
+                tree_id: Some(prepared.key),
+                restored: false,
+                ..f
+            });
+            self.problem = None;
+            self.diagnostics.clear();
+            self.restore_verified();
+            return Ok(());
+        }
         // The same inputs read the same way as in force (the key covers the tree at the path,
         // what its overlays and charts reach, and the render settings): same objects, only the
         // revision moves.
@@ -934,10 +962,12 @@ impl App {
                 self.applied = Some(revision.clone());
             }
             let desired = f.desired.clone();
+            let reuse = f.reuse.clone();
             self.in_force = Some(InForce {
                 revision,
                 source: identity,
                 tree_id: Some(prepared.key),
+                reuse,
                 desired,
                 restored: false,
             });
@@ -946,6 +976,7 @@ impl App {
             return Ok(());
         }
         let tree_id = prepared.key.clone();
+        let reuse = prepared.reuse_key();
         let rendered = self.render.render(&self.git, prepared).await;
         if let Some(m) = &self.metrics {
             for run in self.render.runs() {
@@ -963,6 +994,7 @@ impl App {
             }
         };
         self.diagnostics = set.diagnostics.clone();
+        let reuse = reuse.filter(|_| set.diagnostics.is_empty());
         let owns_objects = self
             .inventory
             .as_ref()
@@ -1070,6 +1102,7 @@ impl App {
             revision,
             source: identity,
             tree_id: Some(tree_id),
+            reuse,
             desired,
             restored: false,
         });
@@ -1723,11 +1756,58 @@ impl App {
         digest
     }
 
+    /// True when the desired set in force, restored from the inventory after a restart, is
+    /// what `prepared` reads as, so that it need not be read again; it then becomes the set in
+    /// force read from files (with its reuse key), and its revision is left for the caller to
+    /// move. Every condition must hold, else the revision is read as usual:
+    /// - the set was restored (not read by this process) for the source identity `identity`;
+    /// - `prepared` has a reuse key (plain manifests, nothing reported by the walk, this build)
+    ///   equal to the one in the last process's [`sync::Persisted`] record, which was written
+    ///   for that identity;
+    /// - the inventory record is the one that record names, keeping no entry aside;
+    /// - the restored set has the record's digest: the inventory's entries are, byte for byte
+    ///   and with the same settings, the set the last process read from those files.
+    fn take_up_restored(&mut self, prepared: &crate::render::Prepared, identity: &str) -> bool {
+        let Some(f) = self.in_force.as_ref().filter(|f| f.restored) else {
+            return false;
+        };
+        let Some(p) = self.persisted.as_ref() else {
+            return false;
+        };
+        let Some(reuse) = prepared.reuse_key() else {
+            return false;
+        };
+        let inventory_holds = self
+            .inventory
+            .as_ref()
+            .is_some_and(|i| i.resource_version == Some(p.inventory) && i.retained.is_empty());
+        if f.source != identity
+            || p.source != identity
+            || p.reuse.as_deref() != Some(reuse.as_str())
+            || !inventory_holds
+            || f.desired.len() != p.versions.len()
+        {
+            return false;
+        }
+        let (desired, digest) = (f.desired.clone(), p.digest.clone());
+        if self.digest_of(&desired) != digest {
+            tracing::debug!(
+                "The inventory's entries are not the set the last process read; the revision is read again"
+            );
+            return false;
+        }
+        if let Some(f) = self.in_force.as_mut() {
+            f.reuse = Some(reuse);
+        }
+        true
+    }
+
     /// After a restart: takes up what the last process found as declared (its
-    /// [`sync::Persisted`] record), once the revision has been read (rendered and parsed, as
-    /// every new process does: a render key does not cover everything a render reads, such as
-    /// the files links point to or the renderer itself), so that the sync neither reads nor
-    /// plans objects that have not moved since. Used only when every condition holds:
+    /// [`sync::Persisted`] record), once the revision has been read (rendered and parsed, or,
+    /// for plain manifests this build reads alone, taken up from the inventory by
+    /// [`App::take_up_restored`]: a rendered set is read by every new process, since no key
+    /// covers the renderer binary itself), so that the sync neither reads nor plans objects
+    /// that have not moved since. Used only when every condition holds:
     /// - no custom health rules, and the status record is still the one the record names
     ///   (objects not read keep the health that record gives them, which only the built-in
     ///   rules are sure to give again; a status written since, by any process or with other
@@ -1805,8 +1885,14 @@ impl App {
             return;
         };
         let digest = self.digest_of(&f.desired);
-        let Some(p) = sync::Persisted::of(&verified, &f.desired, &f.source, &digest, status_rv)
-        else {
+        let Some(p) = sync::Persisted::of(
+            &verified,
+            &f.desired,
+            &f.source,
+            &digest,
+            status_rv,
+            f.reuse.as_deref(),
+        ) else {
             return;
         };
         if self.persisted_last.as_ref() == Some(&p) {

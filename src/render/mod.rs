@@ -259,6 +259,41 @@ impl Prepared {
     pub fn renderers(&self) -> Vec<&'static str> {
         self.units.iter().map(|(_, u)| u.renderer()).collect()
     }
+
+    /// The key under which a later process may take up the desired set this revision reads
+    /// as, without reading it again: [`Prepared::key`] with this build of driftless (its
+    /// version, and the size and modification time of its executable: its parser is the
+    /// renderer). `None` when a renderer runs (a `kustomize` or `helm` binary, whose own
+    /// version no key covers) or the walk reported anything: such a set is read by every new
+    /// process.
+    pub fn reuse_key(&self) -> Option<String> {
+        if !self.units.is_empty() || !self.diagnostics.is_empty() {
+            return None;
+        }
+        Some(format!("{} {}", build_identity()?, self.key))
+    }
+}
+
+/// This build of driftless: `driftless <version> <executable bytes> <mtime s>.<ns>`, read once;
+/// `None` when the executable cannot be looked at.
+fn build_identity() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let meta = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+        let at = meta
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        Some(format!(
+            "driftless {} {} {}.{:09}",
+            env!("CARGO_PKG_VERSION"),
+            meta.len(),
+            at.as_secs(),
+            at.subsec_nanos()
+        ))
+    })
+    .as_deref()
 }
 
 /// One renderer run (or reuse) of the last [`Render::render`], for metrics and logs.

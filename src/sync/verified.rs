@@ -16,6 +16,10 @@
 //! per-object health the objects skipped keep) and `spec.versions`, the verified resourceVersions in the
 //! desired set's key order, run-length encoded as `[[version, count], ...]` (0: not verified).
 //! After a cold sync every object has the commit's revision: one pair for any number of objects.
+//! `spec.reuse` (optional): the [reuse key](crate::render::Prepared::reuse_key) of the files the
+//! set was read from, when driftless read them alone: a new process whose revision has that
+//! key takes up the set from the inventory record instead of parsing the revision again, once
+//! the inventory's entries have the record's digest (they are then the set the key was read as).
 
 use std::collections::BTreeMap;
 
@@ -44,6 +48,9 @@ pub struct Persisted {
     pub status: u64,
     /// Verified resourceVersion per desired key, in key order (0: not verified).
     pub versions: Vec<u64>,
+    /// [`Prepared::reuse_key`](crate::render::Prepared::reuse_key) of what the desired set was
+    /// read from, when it has one.
+    pub reuse: Option<String>,
 }
 
 impl Persisted {
@@ -53,13 +60,14 @@ impl Persisted {
     }
 
     /// The record of `verified` for `desired` (`None` when it holds for no stored inventory
-    /// record).
+    /// record), read from files with reuse key `reuse`.
     pub fn of(
         verified: &Verified,
         desired: &BTreeMap<ObjectKey, Object>,
         source: &str,
         digest: &str,
         status: u64,
+        reuse: Option<&str>,
     ) -> Option<Self> {
         Some(Self {
             source: source.to_string(),
@@ -70,6 +78,7 @@ impl Persisted {
                 .keys()
                 .map(|k| verified.entries.get(k).copied().unwrap_or(0))
                 .collect(),
+            reuse: reuse.map(str::to_string),
         })
     }
 
@@ -95,17 +104,18 @@ impl Persisted {
                 _ => runs.push([v, 1]),
             }
         }
+        let mut spec = json!({
+            "source": self.source,
+            "digest": self.digest,
+            "inventory": self.inventory,
+            "status": self.status,
+            "versions": runs,
+        });
+        if let Some(reuse) = &self.reuse {
+            spec["reuse"] = json!(reuse);
+        }
         let mut body = Map::new();
-        body.insert(
-            "spec".into(),
-            json!({
-                "source": self.source,
-                "digest": self.digest,
-                "inventory": self.inventory,
-                "status": self.status,
-                "versions": runs,
-            }),
-        );
+        body.insert("spec".into(), spec);
         Object::reserved(VERIFIED_KIND, app, body)
     }
 
@@ -132,6 +142,10 @@ impl Persisted {
             inventory: spec.get("inventory")?.as_u64()?,
             status: spec.get("status")?.as_u64()?,
             versions,
+            reuse: match spec.get("reuse") {
+                None => None,
+                Some(r) => Some(r.as_str()?.to_string()),
+            },
         })
     }
 }
@@ -182,7 +196,7 @@ mod tests {
         }
         v.entries.insert(keys[2].clone(), 8);
         let digest = desired_digest(&desired, "s");
-        let p = Persisted::of(&v, &desired, "src", &digest, 3).unwrap();
+        let p = Persisted::of(&v, &desired, "src", &digest, 3, None).unwrap();
         assert_eq!(p.versions, vec![7, 7, 8, 7, 0]);
         let record = p.to_record("app");
         assert_eq!(record.key(), Persisted::record_key("app"));
@@ -193,8 +207,12 @@ mod tests {
         let back = Persisted::from_record(&record).unwrap();
         assert_eq!(back, p);
         assert_eq!(back.verified(&desired), v);
+        let with_reuse = Persisted::of(&v, &desired, "src", &digest, 3, Some("k")).unwrap();
+        let record = with_reuse.to_record("app");
+        assert_eq!(record.get("spec").unwrap()["reuse"], json!("k"));
+        assert_eq!(Persisted::from_record(&record).unwrap(), with_reuse);
         // Nothing stored for an inventory never written.
-        assert!(Persisted::of(&Verified::default(), &desired, "s", &digest, 3).is_none());
+        assert!(Persisted::of(&Verified::default(), &desired, "s", &digest, 3, None).is_none());
     }
 
     #[test]
@@ -221,6 +239,7 @@ mod tests {
             json!({"source": "s", "digest": "d", "inventory": 1, "versions": []}),
             json!({"source": "s", "digest": "d", "inventory": -1, "versions": []}),
             json!({"source": "s", "digest": "d", "inventory": 1, "versions": [[1, 99999999999u64]]}),
+            json!({"source": "s", "digest": "d", "inventory": 1, "status": 1, "versions": [], "reuse": 7}),
         ] {
             let mut body = Map::new();
             body.insert("spec".into(), spec.clone());
