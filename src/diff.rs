@@ -179,7 +179,8 @@ pub fn plan<'a>(
     let mut applies = crate::par::map("plan", &pairs, 256, |(key, declared)| {
         plan_one(key, declared, live.get(*key), inventory.get(*key).copied())
     });
-    applies.sort_by(|a, b| (kind_rank(&a.key.kind), &a.key).cmp(&(kind_rank(&b.key.kind), &b.key)));
+    applies
+        .sort_by(|a, b| (kind_rank(a.key.kind()), &a.key).cmp(&(kind_rank(b.key.kind()), &b.key)));
     let empty_guard = desired.is_empty() && !inventory.is_empty() && !opts.allow_empty;
     let mut deletes = Vec::new();
     for key in inventory.keys() {
@@ -206,8 +207,8 @@ pub fn plan<'a>(
         });
     }
     deletes.sort_by(|a, b| {
-        (std::cmp::Reverse(kind_rank(&a.key.kind)), &a.key)
-            .cmp(&(std::cmp::Reverse(kind_rank(&b.key.kind)), &b.key))
+        (std::cmp::Reverse(kind_rank(a.key.kind())), &a.key)
+            .cmp(&(std::cmp::Reverse(kind_rank(b.key.kind())), &b.key))
     });
     applies.extend(deletes);
     Plan { steps: applies }
@@ -1515,11 +1516,7 @@ mod tests {
             [(old.key(), old.clone()), (stranger.key(), stranger.clone())].into();
         let inventory: BTreeMap<_, _> = [(old.key(), old.clone())].into();
         let p = plan(&desired, &live, &inventory, PlanOptions::default());
-        let order: Vec<_> = p
-            .steps
-            .iter()
-            .map(|s| (s.action, s.key.kind.as_str()))
-            .collect();
+        let order: Vec<_> = p.steps.iter().map(|s| (s.action, s.key.kind())).collect();
         assert_eq!(
             order,
             vec![
@@ -1528,7 +1525,7 @@ mod tests {
                 (Action::Delete, "ConfigMap")
             ]
         );
-        assert_eq!(p.steps[2].key.name, "x");
+        assert_eq!(p.steps[2].key.name(), "x");
         assert_eq!(
             p.summary(),
             Summary {

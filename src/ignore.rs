@@ -93,10 +93,10 @@ impl IgnoreTarget {
     /// True when the object is one the rule applies to.
     pub fn matches(&self, key: &ObjectKey, object: &Object) -> bool {
         let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        eq(&self.group, &key.group)
-            && eq(&self.kind, &key.kind)
-            && eq(&self.name, &key.name)
-            && eq(&self.namespace, &key.namespace)
+        eq(&self.group, key.group())
+            && eq(&self.kind, key.kind())
+            && eq(&self.name, key.name())
+            && eq(&self.namespace, key.namespace())
             && self
                 .label_selector
                 .as_ref()

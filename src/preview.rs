@@ -184,7 +184,7 @@ pub fn into_namespace(
     let mut from: BTreeMap<ObjectKey, &ObjectKey> = BTreeMap::new();
     let mut left_out = Vec::new();
     for (key, obj) in desired {
-        if object::is_cluster_scoped(&key.group, &key.kind) {
+        if object::is_cluster_scoped(key.group(), key.kind()) {
             left_out.push(key.clone());
             continue;
         }
@@ -247,10 +247,10 @@ pub fn changes_of(plan: &Plan) -> Vec<PlannedChange> {
         .filter(|s| s.action != Action::Unchanged)
         .take(MAX_CHANGES)
         .map(|s| PlannedChange {
-            group: s.key.group.clone(),
-            kind: s.key.kind.clone(),
-            namespace: s.key.namespace.clone(),
-            name: s.key.name.clone(),
+            group: s.key.group().to_string(),
+            kind: s.key.kind().to_string(),
+            namespace: s.key.namespace().to_string(),
+            name: s.key.name().to_string(),
             action: s.action,
             skipped: s.skipped.clone(),
             fields: s.changes.clone(),

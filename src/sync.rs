@@ -153,14 +153,7 @@ impl Inventory {
             retained: (!self.retained.is_empty()).then(|| {
                 self.retained
                     .iter()
-                    .map(|k| {
-                        [
-                            k.group.as_str(),
-                            k.kind.as_str(),
-                            k.namespace.as_str(),
-                            k.name.as_str(),
-                        ]
-                    })
+                    .map(|k| [k.group(), k.kind(), k.namespace(), k.name()])
                     .collect()
             }),
         };
@@ -437,9 +430,9 @@ impl Ownership {
             .iter()
             .map(|(k, app)| {
                 Value::Array(
-                    [&k.group, &k.kind, &k.namespace, &k.name, app]
+                    [k.group(), k.kind(), k.namespace(), k.name(), app]
                         .into_iter()
-                        .map(|s| Value::String(s.clone()))
+                        .map(|s| Value::String(s.to_string()))
                         .collect(),
                 )
             })
@@ -507,9 +500,9 @@ impl Ownership {
             .map_err(Error::Store)?;
         let mut owners = BTreeMap::new();
         for (key, obj) in listing.objects {
-            let inv = Inventory::from_record(&key.name, obj)?;
+            let inv = Inventory::from_record(key.name(), obj)?;
             for k in inv.entries.into_keys() {
-                owners.entry(k).or_insert_with(|| key.name.clone());
+                owners.entry(k).or_insert_with(|| key.name().to_string());
             }
         }
         Ok(Self {
@@ -1639,7 +1632,7 @@ mod tests {
         assert_eq!(shared, slow);
         for (k, o) in &shared.entries {
             let is_shared = desired.get(k).is_some_and(|d| d.same(o));
-            let expected = !["c2", "c3", "c4"].contains(&k.name.as_str());
+            let expected = !["c2", "c3", "c4"].contains(&k.name());
             assert_eq!(is_shared, expected, "{k}");
         }
         // The same after the fact, by equality, for an inventory read before the parse.
@@ -1648,11 +1641,7 @@ mod tests {
         assert_eq!(later, fast);
         for (k, o) in &later.entries {
             let is_shared = desired.get(k).is_some_and(|d| d.same(o));
-            assert_eq!(
-                is_shared,
-                !["c2", "c3", "c4"].contains(&k.name.as_str()),
-                "{k}"
-            );
+            assert_eq!(is_shared, !["c2", "c3", "c4"].contains(&k.name()), "{k}");
         }
         assert_eq!(later.share_with(&desired), 0, "already shared");
         // Not this shape: left to `from_record`, which names the problem.
@@ -1966,7 +1955,7 @@ mod tests {
             .unwrap()
             .objects
             .keys()
-            .map(|k| k.name.clone())
+            .map(|k| k.name().to_string())
             .collect();
         assert_eq!(live, vec!["kept"]);
         let inv = Inventory::load(&store, "app").await.unwrap();
@@ -2178,7 +2167,7 @@ mod tests {
             .plan
             .steps
             .iter()
-            .map(|s| (s.key.name.as_str(), s.action))
+            .map(|s| (s.key.name(), s.action))
             .collect();
         assert_eq!(planned, [("b", Action::Update), ("c", Action::Create)]);
         assert_eq!(

@@ -392,7 +392,7 @@ async fn check_get_many(b: &Backend) {
     let want: Vec<ObjectKey> = (0..100).step_by(2).map(key).collect();
     assert_eq!(found, want.iter().collect::<Vec<_>>(), "{name}");
     for (k, o) in &many.objects {
-        let i: usize = k.name["bulk-".len()..].parse().unwrap();
+        let i: usize = k.name()["bulk-".len()..].parse().unwrap();
         assert_eq!(o.get("data").unwrap()["i"], json!(i.to_string()), "{name}");
         assert_eq!(&o.key(), k, "{name}");
     }
@@ -426,8 +426,8 @@ async fn check_listing(b: &Backend) {
     let ours = |l: &store::Listing| -> Vec<String> {
         l.objects
             .keys()
-            .filter(|k| ["a", "web"].contains(&k.name.as_str()))
-            .map(|k| format!("{}/{}", k.kind, k.name))
+            .filter(|k| ["a", "web"].contains(&k.name()))
+            .map(|k| format!("{}/{}", k.kind(), k.name()))
             .collect()
     };
     let all = s.list(&Selector::default()).await.unwrap();
@@ -455,7 +455,7 @@ async fn check_listing(b: &Backend) {
         .unwrap();
     assert_eq!(ours(&ns), ["ConfigMap/a"], "{name}");
     assert!(
-        ns.objects.keys().all(|k| k.namespace == "default"),
+        ns.objects.keys().all(|k| k.namespace() == "default"),
         "{name}"
     );
     let reserved = s
@@ -531,7 +531,7 @@ async fn check_watch(b: &Backend) {
         panic!("event")
     };
     assert_eq!(
-        (e.revision, e.key.name.as_str(), e.deleted),
+        (e.revision, e.key.name(), e.deleted),
         (c2.revision, "b", false),
         "{name}"
     );
@@ -547,7 +547,7 @@ async fn check_watch(b: &Backend) {
         panic!("event")
     };
     assert_eq!(
-        (e.revision, e.key.name.as_str(), e.deleted),
+        (e.revision, e.key.name(), e.deleted),
         (c3.revision, "a", true),
         "{name}"
     );

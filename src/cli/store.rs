@@ -38,14 +38,14 @@ impl KindSpec {
         } else {
             want
         };
-        let have = key.kind.to_ascii_lowercase();
+        let have = key.kind().to_ascii_lowercase();
         let kind_ok = want == have
             || want.strip_suffix('s') == Some(have.as_str())
             || want.strip_suffix("es") == Some(have.as_str())
             || want
                 .strip_suffix("ies")
                 .is_some_and(|stem| have.strip_suffix('y') == Some(stem));
-        kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group)
+        kind_ok && self.group.as_ref().is_none_or(|g| *g == key.group())
     }
 }
 
@@ -64,8 +64,8 @@ impl KindSpec {
         } else {
             exact
         };
-        if self.group.is_none() && found.iter().any(|k| k.group.is_empty()) {
-            found.into_iter().filter(|k| k.group.is_empty()).collect()
+        if self.group.is_none() && found.iter().any(|k| k.group().is_empty()) {
+            found.into_iter().filter(|k| k.group().is_empty()).collect()
         } else {
             found
         }
@@ -163,7 +163,7 @@ pub(super) async fn find(
         .objects
         .keys()
         .chain(listing.unreadable.keys())
-        .filter(|k| k.name == name)
+        .filter(|k| k.name() == name)
         .collect();
     let wanted: BTreeSet<ObjectKey> = kind
         .resolve(named.iter().copied())
@@ -186,7 +186,7 @@ pub(super) async fn find(
     let in_ns = |ns: &str| -> Vec<Found> {
         matching
             .iter()
-            .filter(|f| f.key().namespace == ns)
+            .filter(|f| f.key().namespace() == ns)
             .cloned()
             .collect()
     };
@@ -205,7 +205,7 @@ pub(super) async fn find(
     if found.is_empty() && !matching.is_empty() {
         let elsewhere: BTreeSet<String> = matching
             .iter()
-            .map(|f| f.key().namespace)
+            .map(|f| f.key().namespace().to_string())
             .filter(|ns| !ns.is_empty())
             .collect();
         if !elsewhere.is_empty() {
@@ -321,7 +321,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
             let in_namespace = |k: &ObjectKey| {
                 namespace
                     .as_deref()
-                    .is_none_or(|ns| k.namespace == ns || k.namespace.is_empty())
+                    .is_none_or(|ns| k.namespace() == ns || k.namespace().is_empty())
             };
             let wanted: Option<BTreeSet<ObjectKey>> = specs.as_ref().map(|specs| {
                 specs

@@ -695,12 +695,7 @@ mod tests {
     fn event(name: &str, revision: u64) -> WatchItem {
         WatchItem::Event(crate::store::Event {
             revision,
-            key: ObjectKey {
-                group: String::new(),
-                kind: "ConfigMap".into(),
-                namespace: "default".into(),
-                name: name.into(),
-            },
+            key: ObjectKey::new("", "ConfigMap", "default", name),
             deleted: false,
         })
     }

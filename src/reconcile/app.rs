@@ -2005,11 +2005,11 @@ pub(super) fn resource(
     message: Option<String>,
 ) -> ResourceStatus {
     ResourceStatus {
-        group: key.group.clone(),
+        group: key.group().to_string(),
         version,
-        kind: key.kind.clone(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
+        kind: key.kind().to_string(),
+        namespace: key.namespace().to_string(),
+        name: key.name().to_string(),
         sync,
         health: health.health,
         health_message: (!health.message.is_empty()).then_some(health.message),
@@ -2023,7 +2023,7 @@ fn crds(desired: &BTreeMap<ObjectKey, Object>) -> impl Iterator<Item = &Object> 
     let (group, kind) = ("apiextensions.k8s.io", "CustomResourceDefinition");
     desired
         .range(ObjectKey::new(group, kind, "", "")..)
-        .take_while(move |(k, _)| k.group == group && k.kind == kind)
+        .take_while(move |(k, _)| k.group() == group && k.kind() == kind)
         .map(|(_, o)| o)
 }
 

@@ -354,7 +354,7 @@ impl Previews {
                 .objects
                 .keys()
                 .chain(l.unreadable.keys())
-                .filter_map(|k| k.name.strip_prefix(&prefix).map(str::to_string))
+                .filter_map(|k| k.name().strip_prefix(&prefix).map(str::to_string))
                 .collect(),
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "Cannot list deployed previews");

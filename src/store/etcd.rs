@@ -759,10 +759,10 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// `<prefix>/<group>/<kind>/<namespace>/<name>`.
 fn encode_key(prefix: &str, key: &ObjectKey) -> Result<String> {
     for (what, segment) in [
-        ("group", &key.group),
-        ("kind", &key.kind),
-        ("namespace", &key.namespace),
-        ("name", &key.name),
+        ("group", &key.group()),
+        ("kind", &key.kind()),
+        ("namespace", &key.namespace()),
+        ("name", &key.name()),
     ] {
         if segment.contains('/') {
             return Err(failed(
@@ -773,7 +773,10 @@ fn encode_key(prefix: &str, key: &ObjectKey) -> Result<String> {
     }
     Ok(format!(
         "{prefix}/{}/{}/{}/{}",
-        key.group, key.kind, key.namespace, key.name
+        key.group(),
+        key.kind(),
+        key.namespace(),
+        key.name()
     ))
 }
 

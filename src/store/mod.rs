@@ -295,12 +295,7 @@ impl RecordText {
 
     /// The record's key (reserved group, no namespace).
     pub fn key(&self) -> ObjectKey {
-        ObjectKey {
-            group: crate::object::RESERVED_GROUP.into(),
-            kind: self.kind.clone(),
-            namespace: String::new(),
-            name: self.name.clone(),
-        }
+        ObjectKey::new(crate::object::RESERVED_GROUP, &self.kind, "", &self.name)
     }
 
     /// The record without its own fields: `apiVersion`, `kind` and `metadata.name`, for a
@@ -367,11 +362,14 @@ pub struct Selector {
 impl Selector {
     /// True when `key` is selected.
     pub fn matches(&self, key: &ObjectKey) -> bool {
-        let reserved_ok = !key.is_reserved() || self.group.as_deref() == Some(key.group.as_str());
+        let reserved_ok = !key.is_reserved() || self.group.as_deref() == Some(key.group());
         reserved_ok
-            && self.group.as_ref().is_none_or(|g| *g == key.group)
-            && self.kind.as_ref().is_none_or(|k| *k == key.kind)
-            && self.namespace.as_ref().is_none_or(|n| *n == key.namespace)
+            && self.group.as_ref().is_none_or(|g| *g == key.group())
+            && self.kind.as_ref().is_none_or(|k| *k == key.kind())
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|n| *n == key.namespace())
     }
 }
 

@@ -141,9 +141,10 @@ fn read_body(conn: &Connection, key: &ObjectKey) -> Result<Option<String>> {
         "SELECT body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
     )
     .and_then(|mut s| {
-        s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
-            r.get(0)
-        })
+        s.query_row(
+            params![key.group(), key.kind(), key.namespace(), key.name()],
+            |r| r.get(0),
+        )
         .optional()
     })
     .map_err(backend("get"))
@@ -200,9 +201,10 @@ fn read_rev(c: &Connection, key: &ObjectKey, op: &'static str) -> Result<Option<
         "SELECT rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
     )
     .and_then(|mut s| {
-        s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
-            r.get::<_, i64>(0)
-        })
+        s.query_row(
+            params![key.group(), key.kind(), key.namespace(), key.name()],
+            |r| r.get::<_, i64>(0),
+        )
         .optional()
     })
     .map(|rev| rev.map(|r| r as u64))
@@ -221,7 +223,7 @@ fn read_record_meta(
             "SELECT rev, json_extract(body, '$.metadata.creationTimestamp'), json_extract(body, '$.metadata.generation') FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
         )
         .and_then(|mut s| {
-            s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+            s.query_row(params![key.group(), key.kind(), key.namespace(), key.name()], |r| {
                 Ok((
                     r.get::<_, i64>(0)? as u64,
                     r.get::<_, Option<String>>(1).ok().flatten(),
@@ -264,7 +266,14 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 tx.prepare_cached(
                     "DELETE FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
                 )
-                .and_then(|mut s| s.execute(params![key.group, key.kind, key.namespace, key.name]))
+                .and_then(|mut s| {
+                    s.execute(params![
+                        key.group(),
+                        key.kind(),
+                        key.namespace(),
+                        key.name()
+                    ])
+                })
                 .map_err(backend("commit"))?;
                 record_change(&tx, revision, seq, &key, true)?;
                 seq += 1;
@@ -309,10 +318,10 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
         )
         .and_then(|mut s| {
             s.execute(params![
-                key.group,
-                key.kind,
-                key.namespace,
-                key.name,
+                key.group(),
+                key.kind(),
+                key.namespace(),
+                key.name(),
                 revision as i64,
                 body
             ])
@@ -359,10 +368,10 @@ fn record_change(
         s.execute(params![
             revision as i64,
             seq,
-            key.group,
-            key.kind,
-            key.namespace,
-            key.name,
+            key.group(),
+            key.kind(),
+            key.namespace(),
+            key.name(),
             deleted as i64
         ])
     })
@@ -496,7 +505,7 @@ impl Store for SqliteStore {
                 "SELECT body, rev FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
             )
             .and_then(|mut s| {
-                s.query_row(params![key.group, key.kind, key.namespace, key.name], |r| {
+                s.query_row(params![key.group(), key.kind(), key.namespace(), key.name()], |r| {
                     Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
                 })
                 .optional()
@@ -519,15 +528,15 @@ impl Store for SqliteStore {
         let mut groups: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             groups
-                .entry((&k.group, &k.kind, &k.namespace))
+                .entry((k.group(), k.kind(), k.namespace()))
                 .or_default()
                 .push(i);
         }
         let asks: Vec<(String, String, String, Option<Vec<String>>)> = groups
             .iter()
             .map(|((g, k, n), idx)| {
-                let names =
-                    (idx.len() < 32).then(|| idx.iter().map(|i| keys[*i].name.clone()).collect());
+                let names = (idx.len() < 32)
+                    .then(|| idx.iter().map(|i| keys[*i].name().to_string()).collect());
                 (g.to_string(), k.to_string(), n.to_string(), names)
             })
             .collect();
@@ -572,7 +581,7 @@ impl Store for SqliteStore {
         let mut out = vec![super::Version::Absent; keys.len()];
         for (idx, found) in groups.values().zip(&answers) {
             for i in idx {
-                out[*i] = super::Version::from_lookup(found.get(&keys[*i].name).copied());
+                out[*i] = super::Version::from_lookup(found.get(keys[*i].name()).copied());
             }
         }
         Ok(out)
@@ -589,7 +598,7 @@ impl Store for SqliteStore {
             let mut groups: HashMap<(&str, &str, &str), Vec<&ObjectKey>> = HashMap::new();
             for k in &keys {
                 groups
-                    .entry((&k.group, &k.kind, &k.namespace))
+                    .entry((k.group(), k.kind(), k.namespace()))
                     .or_default()
                     .push(k);
             }
@@ -604,7 +613,7 @@ impl Store for SqliteStore {
                     continue;
                 }
                 let wanted: HashMap<&str, &ObjectKey> =
-                    members.iter().map(|k| (k.name.as_str(), *k)).collect();
+                    members.iter().map(|k| (k.name(), *k)).collect();
                 let mut stmt = tx
                     .prepare_cached(
                         "SELECT name, body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3",

@@ -32,11 +32,11 @@ struct KindCache {
 }
 
 fn kind_of(key: &ObjectKey) -> Kind {
-    (key.group.clone(), key.kind.clone())
+    (key.group().to_string(), key.kind().to_string())
 }
 
 fn name_of(key: &ObjectKey) -> (String, String) {
-    (key.namespace.clone(), key.name.clone())
+    (key.namespace().to_string(), key.name().to_string())
 }
 
 impl Cache {

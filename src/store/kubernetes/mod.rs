@@ -101,11 +101,11 @@ const APPLY_CONCURRENCY: usize = 16;
 /// custom resources), a record (the inventory after the objects it lists).
 fn is_barrier(w: &Write) -> bool {
     let key = w.key();
-    key.is_reserved() || is_crd(&key) || (key.group.is_empty() && key.kind == "Namespace")
+    key.is_reserved() || is_crd(&key) || (key.group().is_empty() && key.kind() == "Namespace")
 }
 
 fn is_crd(key: &ObjectKey) -> bool {
-    key.group == "apiextensions.k8s.io" && key.kind == "CustomResourceDefinition"
+    key.group() == "apiextensions.k8s.io" && key.kind() == "CustomResourceDefinition"
 }
 
 /// How the store talks to the API server: `store.kubernetes` of the config.
@@ -356,9 +356,9 @@ impl KubeStore {
     }
 
     async fn api_for(&self, key: &ObjectKey) -> Result<(Api<DynamicObject>, Resource)> {
-        let r = self.resource(&key.group, &key.kind).await?;
+        let r = self.resource(key.group(), key.kind()).await?;
         let api = if r.namespaced {
-            Api::namespaced_with(self.inner.client.clone(), &key.namespace, &r.api)
+            Api::namespaced_with(self.inner.client.clone(), key.namespace(), &r.api)
         } else {
             Api::all_with(self.inner.client.clone(), &r.api)
         };
@@ -369,13 +369,13 @@ impl KubeStore {
         if key.is_reserved() {
             return self.get_record(key).await;
         }
-        self.watch_kind(&key.group, &key.kind);
+        self.watch_kind(key.group(), key.kind());
         // What the change feed's watch of the kind holds, it has seen last: no request.
         if let Some(cached) = self.inner.cache.get(key) {
             return Ok(Some(cached));
         }
         // A kind the server does not serve (yet: its CRD is in the same sync) has no objects.
-        if self.find(&key.group, &key.kind).await?.is_none() {
+        if self.find(key.group(), key.kind()).await?.is_none() {
             return Ok(None);
         }
         let (api, _) = self.api_for(key).await?;
@@ -383,7 +383,7 @@ impl KubeStore {
             .reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let found = api
-            .get_opt(&key.name)
+            .get_opt(key.name())
             .await
             .map_err(|e| backend("get", e))?;
         found.map(|o| to_object(key, o)).transpose()
@@ -394,7 +394,7 @@ impl KubeStore {
         if key.is_reserved() {
             return self.put_record(&key, object, precondition).await;
         }
-        self.watch_kind(&key.group, &key.kind);
+        self.watch_kind(key.group(), key.kind());
         let (api, _) = self.api_for(&key).await?;
         let mut body = object.as_map().clone();
         body.remove("status");
@@ -418,7 +418,7 @@ impl KubeStore {
             params = params.force();
         }
         match api
-            .patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+            .patch(key.name(), &params, &Patch::Apply(Value::Object(body)))
             .await
         {
             Ok(stored) if is_crd(&key) => {
@@ -456,7 +456,7 @@ impl KubeStore {
         self.inner
             .dry_runs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        api.patch(&key.name, &params, &Patch::Apply(Value::Object(body)))
+        api.patch(key.name(), &params, &Patch::Apply(Value::Object(body)))
             .await
     }
 
@@ -484,33 +484,35 @@ impl KubeStore {
     ) -> Result<Option<(ObjectKey, String)>> {
         let (kinds, namespaces) = (&brought.0, &brought.1);
         let key = o.key();
-        let Some(r) = self.find(&key.group, &key.kind).await? else {
-            if kinds.contains(&(key.group.clone(), key.kind.clone())) {
+        let Some(r) = self.find(key.group(), key.kind()).await? else {
+            if kinds.contains(&(key.group().to_string(), key.kind().to_string())) {
                 return Ok(None);
             }
-            let group = if key.group.is_empty() {
+            let group = if key.group().is_empty() {
                 "core"
             } else {
-                &key.group
+                key.group()
             };
             return Ok(Some((
                 key.clone(),
                 format!(
                     "the API server serves no kind {} in group {group} (apiVersion {})",
-                    key.kind,
+                    key.kind(),
                     o.api_version()
                 ),
             )));
         };
         let api: Api<DynamicObject> = if r.namespaced {
-            Api::namespaced_with(self.inner.client.clone(), &key.namespace, &r.api)
+            Api::namespaced_with(self.inner.client.clone(), key.namespace(), &r.api)
         } else {
             Api::all_with(self.inner.client.clone(), &r.api)
         };
         match self.dry_run_apply(&api, &key, &o).await {
             Ok(_) => Ok(None),
             Err(e)
-                if code(&e) == Some(404) && r.namespaced && namespaces.contains(&key.namespace) =>
+                if code(&e) == Some(404)
+                    && r.namespaced
+                    && namespaces.contains(key.namespace()) =>
             {
                 Ok(None)
             }
@@ -573,7 +575,7 @@ impl KubeStore {
         }
         let api = self.api_for(key).await?.0;
         let deleted = self
-            .delete_named(&api, key, &key.name, precondition)
+            .delete_named(&api, key, key.name(), precondition)
             .await?;
         // Gone for the watch cache too (at the deletion's revision, or past anything held).
         self.inner.cache.saw(key, None, deleted.unwrap_or(u64::MAX));
@@ -696,9 +698,9 @@ impl Store for KubeStore {
                 if k.is_reserved() {
                     return crate::store::Version::Unknown;
                 }
-                if watched != Some((k.group.as_str(), k.kind.as_str())) {
-                    self.watch_kind(&k.group, &k.kind);
-                    watched = Some((k.group.as_str(), k.kind.as_str()));
+                if watched != Some((k.group(), k.kind())) {
+                    self.watch_kind(k.group(), k.kind());
+                    watched = Some((k.group(), k.kind()));
                 }
                 self.inner
                     .cache
@@ -720,13 +722,17 @@ impl Store for KubeStore {
                 single.push(k.clone());
                 continue;
             }
-            self.watch_kind(&k.group, &k.kind);
+            self.watch_kind(k.group(), k.kind());
             match self.inner.cache.get(k) {
                 Some(o) => {
                     listing.objects.insert(k.clone(), o);
                 }
                 None => by_kind
-                    .entry((k.group.clone(), k.kind.clone(), k.namespace.clone()))
+                    .entry((
+                        k.group().to_string(),
+                        k.kind().to_string(),
+                        k.namespace().to_string(),
+                    ))
                     .or_default()
                     .push(k.clone()),
             }
@@ -752,7 +758,7 @@ impl Store for KubeStore {
                 .list(&ListParams::default())
                 .await
                 .map_err(|e| backend("get", e))?;
-            let wanted: BTreeSet<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+            let wanted: BTreeSet<&str> = ks.iter().map(|k| k.name()).collect();
             for mut o in list.items {
                 let name = o.metadata.name.clone().unwrap_or_default();
                 if !wanted.contains(name.as_str()) {
@@ -988,8 +994,8 @@ impl Store for KubeStore {
                 if let (Some(g), Some(k)) = (group, kind) {
                     brought_kinds.insert((g.to_string(), k.to_string()));
                 }
-            } else if key.group.is_empty() && key.kind == "Namespace" {
-                brought_namespaces.insert(key.name.clone());
+            } else if key.group().is_empty() && key.kind() == "Namespace" {
+                brought_namespaces.insert(key.name().to_string());
             }
         }
         let brought = Arc::new((brought_kinds, brought_namespaces));
@@ -1056,7 +1062,7 @@ impl Store for KubeStore {
             {
                 lists.push((r.api, None));
             }
-        } else if key.group.is_empty() && key.kind == "Namespace" {
+        } else if key.group().is_empty() && key.kind() == "Namespace" {
             let discovery = kube::Discovery::new(self.inner.client.clone())
                 .run()
                 .await
@@ -1067,7 +1073,7 @@ impl Store for KubeStore {
                         || caps.scope != Scope::Namespaced
                         || !caps.supports_operation(kube::discovery::verbs::LIST);
                     if !skip {
-                        lists.push((api, Some(key.name.clone())));
+                        lists.push((api, Some(key.name().to_string())));
                     }
                 }
             }

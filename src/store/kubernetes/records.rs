@@ -178,11 +178,11 @@ fn hex(bytes: &[u8]) -> String {
 /// The ConfigMap name of a record's pointer: `<kind>.<name>` (with the namespace between them
 /// when the record has one), in lower case.
 pub fn pointer_name(key: &ObjectKey) -> String {
-    let kind = key.kind.to_ascii_lowercase();
-    if key.namespace.is_empty() {
-        format!("{kind}.{}", key.name)
+    let kind = key.kind().to_ascii_lowercase();
+    if key.namespace().is_empty() {
+        format!("{kind}.{}", key.name())
     } else {
-        format!("{kind}.{}.{}", key.namespace, key.name)
+        format!("{kind}.{}.{}", key.namespace(), key.name())
     }
 }
 
@@ -402,7 +402,7 @@ impl KubeStore {
             "metadata": {
                 "name": name,
                 "namespace": self.inner.options.namespace,
-                "labels": {RECORD_LABEL: key.kind.to_ascii_lowercase()},
+                "labels": {RECORD_LABEL: key.kind().to_ascii_lowercase()},
                 "annotations": {RECORD_KEY_ANNOTATION: key_json},
             },
         });
