@@ -279,19 +279,51 @@ impl fmt::Display for Revision {
 /// declarations), and the first change through [`Object::as_map_mut`] or
 /// [`Object::metadata_mut`] of a shared object copies it (copy on write), so no holder ever
 /// sees another's change.
-#[derive(Clone, Debug)]
-pub struct Object(Arc<Map<String, Value>>);
+///
+/// An object read back from stored text ([`Object::from_stored_text`]) keeps that text and is
+/// decoded at its first look past its identity: a new process that takes a set up from its
+/// inventory and finds nothing moved never decodes it (10,000 objects: tens of MB and most of
+/// a start-up).
+#[derive(Clone)]
+pub struct Object(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Map(Arc<Map<String, Value>>),
+    Stored(Arc<StoredText>),
+}
+
+/// An object's stored JSON text, its key read from it, and the mapping once decoded.
+struct StoredText {
+    text: Box<str>,
+    key: ObjectKey,
+    map: std::sync::OnceLock<Map<String, Value>>,
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Object").field(self.map()).finish()
+    }
+}
 
 impl PartialEq for Object {
     /// Equal fields; a shared mapping is equal without a look at them.
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        if self.same(other) {
+            return true;
+        }
+        if let (Repr::Stored(a), Repr::Stored(b)) = (&self.0, &other.0)
+            && a.text == b.text
+        {
+            return true;
+        }
+        self.map() == other.map()
     }
 }
 
 impl Serialize for Object {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        self.map().serialize(s)
     }
 }
 
@@ -311,7 +343,10 @@ impl TryFrom<Value> for Object {
 impl From<Object> for Value {
     /// The mapping, moved out when this is its only holder, copied otherwise.
     fn from(o: Object) -> Value {
-        Value::Object(Arc::unwrap_or_clone(o.0))
+        match o.0 {
+            Repr::Map(m) => Value::Object(Arc::unwrap_or_clone(m)),
+            Repr::Stored(t) => Value::Object(t.decoded().clone()),
+        }
     }
 }
 
@@ -327,7 +362,81 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
+impl StoredText {
+    fn decoded(&self) -> &Map<String, Value> {
+        self.map
+            .get_or_init(|| match parse_json_compact(&self.text) {
+                Ok(Value::Object(m)) => m,
+                // Checked to be a JSON mapping when it was read (`Object::from_stored_text`).
+                _ => unreachable!("stored text checked as a JSON mapping"),
+            })
+    }
+}
+
 impl Object {
+    fn map(&self) -> &Map<String, Value> {
+        match &self.0 {
+            Repr::Map(m) => m,
+            Repr::Stored(t) => t.decoded(),
+        }
+    }
+
+    /// An object from its stored JSON text, as driftless wrote it (an inventory entry): its
+    /// identity is read and checked now, the rest decoded at the first look past it. The text
+    /// is kept: [`Object::to_json`] gives it back as it is, so it must be compact JSON, as
+    /// [`Object::to_json`] writes it.
+    ///
+    /// # Errors
+    ///
+    /// When the text is not one JSON mapping, or as [`Object::from_value`] for its identity
+    /// fields (with the mapping decoded to find them).
+    pub fn from_stored_text(text: &str) -> Result<Self, String> {
+        use std::borrow::Cow;
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            #[serde(rename = "apiVersion", borrow)]
+            api_version: Cow<'a, str>,
+            #[serde(borrow)]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            metadata: &'a serde_json::value::RawValue,
+        }
+        #[derive(Deserialize)]
+        struct Meta<'a> {
+            #[serde(borrow)]
+            name: Cow<'a, str>,
+            #[serde(borrow, default)]
+            namespace: Option<Cow<'a, str>>,
+        }
+        // Anything else (a field twice, a type the head does not take) is decoded whole,
+        // which judges it as `from_value` does.
+        // Mappings only: a derived head also takes a list (`["v1", ...]`).
+        let mapping = |t: &str| t.starts_with('{');
+        let head = serde_json::from_str::<Head<'_>>(text)
+            .ok()
+            .filter(|h| mapping(text) && mapping(h.metadata.get()))
+            .and_then(|h| {
+                let meta = serde_json::from_str::<Meta<'_>>(h.metadata.get()).ok()?;
+                Some((h.api_version, h.kind, meta))
+            });
+        let Some((api_version, kind, metadata)) = head else {
+            let value = parse_json_compact(text).map_err(|e| e.to_string())?;
+            return Object::from_value(value).map_err(|e| e.to_string());
+        };
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let key = ObjectKey::new(
+            group,
+            &kind,
+            metadata.namespace.as_deref().unwrap_or(""),
+            &metadata.name,
+        );
+        Ok(Object(Repr::Stored(Arc::new(StoredText {
+            text: text.into(),
+            key,
+            map: std::sync::OnceLock::new(),
+        }))))
+    }
+
     /// Checks the identity fields and wraps the mapping.
     ///
     /// # Errors
@@ -380,7 +489,7 @@ impl Object {
                 });
             }
         }
-        Ok(Object(Arc::new(map)))
+        Ok(Object(Repr::Map(Arc::new(map))))
     }
 
     /// Builds one of driftless's own records: `apiVersion: driftless.io/v1`, the given kind and
@@ -393,11 +502,11 @@ impl Object {
         meta.insert("name".into(), name.into());
         map.insert("metadata".into(), Value::Object(meta));
         map.extend(body);
-        Object(Arc::new(map))
+        Object(Repr::Map(Arc::new(map)))
     }
 
     fn str_field(&self, field: &str) -> &str {
-        self.0.get(field).and_then(Value::as_str).unwrap_or("")
+        self.map().get(field).and_then(Value::as_str).unwrap_or("")
     }
 
     /// `apiVersion`, e.g. `apps/v1`.
@@ -429,7 +538,7 @@ impl Object {
     /// `metadata` as a mapping.
     pub fn metadata(&self) -> &Map<String, Value> {
         static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        self.0
+        self.map()
             .get("metadata")
             .and_then(Value::as_object)
             .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
@@ -437,7 +546,8 @@ impl Object {
 
     /// `metadata` as a mutable mapping, created when absent.
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
-        let entry = Arc::make_mut(&mut self.0)
+        let entry = self
+            .as_map_mut()
             .entry("metadata")
             .or_insert_with(|| Value::Object(Map::new()));
         if !entry.is_object() {
@@ -473,6 +583,9 @@ impl Object {
 
     /// The object's identity.
     pub fn key(&self) -> ObjectKey {
+        if let Repr::Stored(t) = &self.0 {
+            return t.key.clone();
+        }
         ObjectKey::new(self.group(), self.kind(), self.namespace(), self.name())
     }
 
@@ -496,19 +609,29 @@ impl Object {
 
     /// The object as a JSON mapping.
     pub fn as_map(&self) -> &Map<String, Value> {
-        &self.0
+        self.map()
     }
 
     /// The object as a mutable JSON mapping (copied first when shared). Callers must keep
     /// `apiVersion`, `kind` and `metadata.name` strings.
     pub fn as_map_mut(&mut self) -> &mut Map<String, Value> {
-        Arc::make_mut(&mut self.0)
+        if let Repr::Stored(t) = &self.0 {
+            self.0 = Repr::Map(Arc::new(t.decoded().clone()));
+        }
+        match &mut self.0 {
+            Repr::Map(m) => Arc::make_mut(m),
+            Repr::Stored(_) => unreachable!("made a mapping above"),
+        }
     }
 
     /// True when `self` and `other` share one mapping (one is a clone of the other, neither
     /// changed since): equal without comparing their fields.
     pub fn same(&self, other: &Object) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Repr::Map(a), Repr::Map(b)) => Arc::ptr_eq(a, b),
+            (Repr::Stored(a), Repr::Stored(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// Equal fields in the same order, compared in one walk of both without hashing a key:
@@ -531,12 +654,12 @@ impl Object {
                     .zip(b)
                     .all(|((ka, va), (kb, vb))| ka == kb && value(va, vb))
         }
-        self.same(other) || map(&self.0, &other.0)
+        self.same(other) || map(self.map(), other.map())
     }
 
     /// A field at the top level (`spec`, `data`, `status`, ...).
     pub fn get(&self, field: &str) -> Option<&Value> {
-        self.0.get(field)
+        self.map().get(field)
     }
 
     /// True for core `Secret` objects, whose `data` and `stringData` values are masked
@@ -547,8 +670,11 @@ impl Object {
 
     /// Serializes the object as compact JSON.
     pub fn to_json(&self) -> String {
+        if let Repr::Stored(t) = &self.0 {
+            return t.text.to_string();
+        }
         // A map of JSON values always serializes.
-        serde_json::to_string(&self.0).unwrap_or_default()
+        serde_json::to_string(self.map()).unwrap_or_default()
     }
 
     /// Bytes of [`Self::to_json`], counted without building the text.
@@ -563,9 +689,12 @@ impl Object {
                 Ok(())
             }
         }
+        if let Repr::Stored(t) = &self.0 {
+            return t.text.len();
+        }
         let mut count = Count(0);
         // A map of JSON values always serializes; the counter never fails.
-        let _ = serde_json::to_writer(&mut count, &*self.0);
+        let _ = serde_json::to_writer(&mut count, self.map());
         count.0
     }
 }
@@ -883,6 +1012,76 @@ mod tests {
             proptest::prop_assert_eq!(&json, &serde_json::json!({"group": a[0], "kind": a[1], "namespace": a[2], "name": a[3]}));
             proptest::prop_assert_eq!(serde_json::from_value::<ObjectKey>(json).unwrap(), ka);
         }
+    }
+
+    #[test]
+    fn objects_from_stored_text_read_as_decoded_ones() {
+        let text = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"we\u0062","namespace":"ns","labels":{"a":"1"}},"spec":{"replicas":2,"ratio":0.5}}"#;
+        let stored = Object::from_stored_text(text).unwrap();
+        let decoded = Object::from_value(parse_json_compact(text).unwrap()).unwrap();
+        assert_eq!(
+            stored.key(),
+            ObjectKey::new("apps", "Deployment", "ns", "web")
+        );
+        assert_eq!(stored.key(), decoded.key());
+        assert_eq!(stored.to_json(), text, "the stored text as it is");
+        assert_eq!(stored.json_len(), text.len());
+        assert_eq!(stored, decoded);
+        assert_eq!(decoded, stored);
+        assert_eq!(stored.as_map(), decoded.as_map());
+        assert_eq!(stored.name(), "web");
+        assert_eq!(Value::from(stored.clone()), Value::from(decoded.clone()));
+        assert_eq!(
+            serde_json::to_string(&stored).unwrap(),
+            decoded.to_json(),
+            "serialized from the decoded mapping"
+        );
+        // A change copies it out of the shared text; its clones keep the text.
+        let mut changed = stored.clone();
+        changed.set_namespace("other");
+        assert_eq!(
+            changed.key(),
+            ObjectKey::new("apps", "Deployment", "other", "web")
+        );
+        assert_eq!(stored.key().namespace(), "ns");
+        assert_eq!(stored.to_json(), text);
+        assert!(!changed.same(&stored));
+        // What the head does not take is judged whole, as `from_value` judges it.
+        for (bad, why) in [
+            (
+                r#"["v1","ConfigMap",{"name":"a"}]"#,
+                "an object must be a mapping",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":["a"]}"#,
+                "`metadata` must be a string",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":1}}"#,
+                "`metadata.name` must be a string",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":7}}"#,
+                "`metadata.namespace` must be a string",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap"}"#,
+                "`metadata` is missing",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}"#,
+                "EOF",
+            ),
+        ] {
+            let e = Object::from_stored_text(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // A field twice: decoded whole, the last one wins, as in `from_value`.
+        let twice =
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"kind":"Secret"}"#;
+        let o = Object::from_stored_text(twice).unwrap();
+        assert_eq!(o.key(), ObjectKey::new("", "Secret", "", "a"));
+        assert_eq!(o.kind(), "Secret");
     }
 
     #[test]

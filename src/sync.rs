@@ -316,9 +316,8 @@ impl Inventory {
             if let Some(same) = desired.and_then(|d| same_as_desired(raw.get(), d)) {
                 return Ok(same);
             }
-            crate::object::parse_json_compact(raw.get())
-                .map_err(|e| e.to_string())
-                .and_then(|v| Object::from_value(v).map_err(|e| e.to_string()))
+            // Decoded when first looked into: a no-op pass of a new process never does.
+            Object::from_stored_text(raw.get())
         });
         let mut entries = BTreeMap::new();
         for o in decoded {
