@@ -1381,7 +1381,7 @@ fn report(
         cold_rss / 1024
     );
     println!(
-        "| no-op resync, new process (fetch, parse; nothing read or planned that has not moved since the last process; nothing written) | {} | {} | {} MiB |",
+        "| no-op resync, new process (fetch; the same files taken up from the inventory, not parsed; nothing read or planned that has not moved since the last process; nothing written) | {} | {} | {} MiB |",
         ms(noop_med),
         ratio(noop_med),
         noop_rss / 1024
