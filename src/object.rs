@@ -367,7 +367,8 @@ impl StoredText {
         self.map
             .get_or_init(|| match parse_json_compact(&self.text) {
                 Ok(Value::Object(m)) => m,
-                // Checked to be a JSON mapping when it was read (`Object::from_stored_text`).
+                // Checked whole, as this decode reads it, when it was read
+                // (`Object::from_stored_text`: `check_json`).
                 _ => unreachable!("stored text checked as a JSON mapping"),
             })
     }
@@ -423,6 +424,10 @@ impl Object {
             let value = parse_json_compact(text).map_err(|e| e.to_string())?;
             return Object::from_value(value).map_err(|e| e.to_string());
         };
+        // The rest is checked now as the decode at the first look will read it (numbers in
+        // range, nesting within serde_json's 128, no lone surrogate), keeping nothing: that
+        // decode then cannot fail.
+        check_json(text).map_err(|e| e.to_string())?;
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         let key = ObjectKey::new(
             group,
@@ -908,6 +913,94 @@ pub fn parse_json_compact(text: &str) -> serde_json::Result<Value> {
     Ok(value)
 }
 
+/// Checks `text` as [`parse_json_compact`] reads it (one JSON value, numbers in range,
+/// nesting within serde_json's recursion limit, valid escapes) without building anything.
+///
+/// # Errors
+///
+/// The error [`parse_json_compact`] would give.
+fn check_json(text: &str) -> serde_json::Result<()> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(text);
+    Check.deserialize(&mut de)?;
+    de.end()
+}
+
+/// The seed and visitor of [`check_json`]: reads as [`Compact`] does and keeps nothing.
+struct Check;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Check {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Check {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Check)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Keys are read as `Compact` reads them (as strings, escapes checked).
+        while map.next_key_seed(CheckKey)?.is_some() {
+            map.next_value_seed(Check)?;
+        }
+        Ok(())
+    }
+}
+
+/// A mapping key read as a string, kept nowhere.
+struct CheckKey;
+
+impl<'de> serde::de::DeserializeSeed<'de> for CheckKey {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(Check)
+    }
+}
+
 /// The seed and visitor of [`parse_json_compact`].
 struct Compact;
 
@@ -1082,6 +1175,40 @@ mod tests {
         let o = Object::from_stored_text(twice).unwrap();
         assert_eq!(o.key(), ObjectKey::new("", "Secret", "", "a"));
         assert_eq!(o.kind(), "Secret");
+    }
+
+    /// Texts whose head is good but whose rest a full decode refuses are refused when read,
+    /// with the decode's error: no later look at them can panic.
+    #[test]
+    fn stored_text_a_full_decode_refuses_is_refused_not_a_panic() {
+        let head = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":"#;
+        let deep = |n: usize| format!("{head}{}1{}}}", "[".repeat(n), "]".repeat(n));
+        for (rest, why) in [
+            ("1e400}".to_owned(), "number out of range"),
+            (r#""\ud800"}"#.to_owned(), "escape"),
+            (r#"{"\ud800":1}}"#.to_owned(), "escape"),
+            (r#""\q"}"#.to_owned(), "escape"),
+        ] {
+            let text = format!("{head}{rest}");
+            let decoded = parse_json_compact(&text).unwrap_err().to_string();
+            let e = Object::from_stored_text(&text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+            assert_eq!(e, decoded, "the decode's own error");
+        }
+        // Nesting: whatever the decode takes is taken, and decodes; past it, refused.
+        for n in 120..135 {
+            let text = deep(n);
+            match (parse_json_compact(&text), Object::from_stored_text(&text)) {
+                (Ok(v), Ok(o)) => assert_eq!(Value::from(o), v),
+                (Err(d), Err(e)) => {
+                    assert!(e.contains("recursion limit"), "{n}: {e}");
+                    assert_eq!(e, d.to_string());
+                }
+                (d, o) => panic!("{n} levels: decode {:?}, stored {:?}", d.is_ok(), o.is_ok()),
+            }
+        }
+        assert!(Object::from_stored_text(&deep(125)).is_ok());
+        assert!(Object::from_stored_text(&deep(130)).is_err());
     }
 
     #[test]

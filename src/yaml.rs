@@ -54,7 +54,7 @@ fn message(raw: &str) -> String {
     if let Some(rest) = msg.strip_prefix("budget breached: ") {
         let what = rest.split([' ', '{']).next().unwrap_or(rest);
         return match what {
-            "Depth" => "nested deeper than the parser allows (128 levels)".into(),
+            "Depth" => "nested deeper than the parser allows (127 levels)".into(),
             "Aliases" | "Anchors" | "AliasAnchorRatio" => {
                 "too many aliases or anchors (an alias bomb?)".into()
             }
@@ -150,8 +150,8 @@ mod tests {
         );
         assert_eq!(message("unclosed quote"), "unclosed quote");
         assert_eq!(
-            message("budget breached: Depth { depth: 129 }"),
-            "nested deeper than the parser allows (128 levels)"
+            message("budget breached: Depth { depth: 128 }"),
+            "nested deeper than the parser allows (127 levels)"
         );
         assert_eq!(
             message("non-finite float `1e400` rejected by the configured policy"),

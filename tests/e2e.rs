@@ -2022,3 +2022,50 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
     );
     assert!(stdout(&out).contains("2 unchanged"), "{}", stdout(&out));
 }
+
+/// An object as deep as the parser takes is applied, read back by `store get` and by the next
+/// process's inventory, and recreated after an out-of-band delete; one level deeper is refused
+/// with its file, not applied (its JSON would be past serde_json's recursion limit, unreadable).
+#[test]
+fn an_object_as_deep_as_the_parser_takes_round_trips_and_one_deeper_is_refused() {
+    let env = Env::new();
+    // The document's mapping and `spec` are 2 levels; 125 lists in `x` make 127.
+    let deep = |lists: usize| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Thing\nmetadata:\n  name: deep\nspec:\n  x: {}1{}\n",
+            "[".repeat(lists),
+            "]".repeat(lists)
+        )
+    };
+    env.repo.write("app/deep.yaml", deep(125));
+    env.repo.commit("deep");
+    let out = env.cmd().arg("sync").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let get = env.run(&["store", "get", "thing.example.com", "deep"]);
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+    // Deleted out of band: the next process reads its inventory entry and recreates it.
+    let del = env.run(&["store", "delete", "thing.example.com", "deep"]);
+    assert_eq!(del.status.code(), Some(0), "{}", stderr(&del));
+    let out = env.cmd().arg("sync").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("1 created"), "{}", stdout(&out));
+    assert_eq!(
+        env.run(&["store", "get", "thing.example.com", "deep"])
+            .status
+            .code(),
+        Some(0)
+    );
+    // One level deeper: refused where it is written, nothing applied or deleted.
+    env.repo.write("app/deep.yaml", deep(126));
+    env.repo.commit("deeper");
+    let out = env.cmd().arg("sync").output().unwrap();
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0));
+    assert_ne!(out.status.code(), Some(101), "a panic: {err}");
+    assert!(
+        err.contains("app/deep.yaml") && err.contains("nested deeper than the parser allows"),
+        "{err}"
+    );
+    let get = env.run(&["store", "get", "thing.example.com", "deep"]);
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+}

@@ -206,7 +206,9 @@ fn yaml_options(mode: Mode) -> serde_saphyr::Options {
             max_documents: 200_000,
             max_nodes: 20_000_000,
             max_events: 40_000_000,
-            max_depth: 128,
+            // One below serde_json's recursion limit (128 counts the level that fails), so
+            // an object parsed here can be written as JSON and read back.
+            max_depth: 127,
             // A renderer's output is one stream, bounded by `source.limits.maxBytes` (256 MiB
             // by default) before it is parsed; the parser's own default (64 MiB) is lower.
             max_total_scalar_bytes: 1 << 30,
