@@ -2002,19 +2002,53 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
     assert!(out.contains("2 unchanged"), "{out}");
     let (parsed, taken, _) = sync(&env);
     assert!(!parsed && taken, "the next process writes a good record");
-    // Another build of driftless (here: the same binary copied, so another executable): its
-    // parser may read the files otherwise, so it reads the revision again.
-    let other = env.dir.path().join("driftless-other");
-    std::fs::copy(env!("CARGO_BIN_EXE_driftless"), &other).unwrap();
-    let out = Command::new(&other)
-        .arg("-c")
-        .arg(env.config())
-        .arg("sync")
-        .current_dir(env.dir.path())
-        .env("RUST_LOG", "driftless=debug")
-        .output()
+    // The same build copied elsewhere (same build id): it reads the files as this one does,
+    // so it takes the set up too.
+    let run = |exe: &std::path::Path| {
+        let out = Command::new(exe)
+            .arg("-c")
+            .arg(env.config())
+            .arg("sync")
+            .current_dir(env.dir.path())
+            .env("RUST_LOG", "driftless=debug")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        out
+    };
+    let exe = std::fs::read(env!("CARGO_BIN_EXE_driftless")).unwrap();
+    let copy = env.dir.path().join("driftless-copy");
+    std::fs::write(&copy, &exe).unwrap();
+    std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = run(&copy);
+    assert!(
+        stderr(&out).contains("taken up from the inventory"),
+        "{}",
+        stderr(&out)
+    );
+    // Another build of driftless (here: the same bytes with another build id, equal in size
+    // and modification time): its parser may read the files otherwise, so it reads them again.
+    let id = driftless::render::gnu_build_id(&mut std::fs::File::open(&copy).unwrap())
+        .expect("the test binary has a GNU build id");
+    let at = exe
+        .windows(id.len())
+        .position(|w| w == id.as_slice())
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut other_bytes = exe.clone();
+    other_bytes[at] ^= 0xff;
+    let other = env.dir.path().join("driftless-other");
+    std::fs::write(&other, &other_bytes).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mtime = std::fs::metadata(&copy).unwrap().modified().unwrap();
+    for f in [&copy, &other] {
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+    }
+    let out = run(&other);
     assert!(
         stderr(&out).contains("Manifests parsed"),
         "{}",

@@ -262,8 +262,8 @@ impl Prepared {
 
     /// The key under which a later process may take up the desired set this revision reads
     /// as, without reading it again: [`Prepared::key`] with this build of driftless (its
-    /// version, and the size and modification time of its executable: its parser is the
-    /// renderer). `None` when a renderer runs (a `kustomize` or `helm` binary, whose own
+    /// version and the GNU build id of its executable: its parser is the renderer; without a
+    /// build id, `None`). `None` when a renderer runs (a `kustomize` or `helm` binary, whose own
     /// version no key covers) or the walk reported anything: such a set is read by every new
     /// process.
     pub fn reuse_key(&self) -> Option<String> {
@@ -274,26 +274,77 @@ impl Prepared {
     }
 }
 
-/// This build of driftless: `driftless <version> <executable bytes> <mtime s>.<ns>`, read once;
-/// `None` when the executable cannot be looked at.
+/// This build of driftless: `driftless <version> <build id>`, the build id being the GNU build
+/// id the linker wrote into the executable (`.note.gnu.build-id`, a digest of its contents),
+/// read once; `None` when the executable has none or cannot be read, and then nothing is taken
+/// up. (Its size and modification time, used before, can be equal for two builds: reproducible
+/// builds clamp the time.)
 fn build_identity() -> Option<&'static str> {
     static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
-        let meta = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
-        let at = meta
-            .modified()
-            .ok()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?;
+        let exe = std::env::current_exe().ok()?;
+        let id = gnu_build_id(&mut std::fs::File::open(exe).ok()?)?;
         Some(format!(
-            "driftless {} {} {}.{:09}",
+            "driftless {} {}",
             env!("CARGO_PKG_VERSION"),
-            meta.len(),
-            at.as_secs(),
-            at.subsec_nanos()
+            crate::source::hex(&id)
         ))
     })
     .as_deref()
+}
+
+/// The GNU build id of an ELF file (the `NT_GNU_BUILD_ID` note of a `PT_NOTE` segment), read
+/// from its header, program headers and notes only; `None` when it is not a 64-bit
+/// little-endian ELF file or has no such note. Layout: the System V ABI (ELF-64 object file
+/// format) and `elf.h`.
+pub fn gnu_build_id(file: &mut (impl std::io::Read + std::io::Seek)) -> Option<Vec<u8>> {
+    use std::io::SeekFrom;
+    let mut read_at = |at: u64, len: usize| -> Option<Vec<u8>> {
+        file.seek(SeekFrom::Start(at)).ok()?;
+        let mut buf = vec![0; len];
+        file.read_exact(&mut buf).ok()?;
+        Some(buf)
+    };
+    let u16_at = |b: &[u8], i: usize| Some(u16::from_le_bytes(b.get(i..i + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    let header = read_at(0, 64)?;
+    // "\x7fELF", ELFCLASS64, ELFDATA2LSB.
+    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (
+        u64_at(&header, 0x20)?,
+        usize::from(u16_at(&header, 0x36)?),
+        usize::from(u16_at(&header, 0x38)?),
+    );
+    if phentsize < 56 || phnum > 4096 {
+        return None;
+    }
+    let table = read_at(phoff, phentsize * phnum)?;
+    for ph in table.chunks_exact(phentsize) {
+        // PT_NOTE; p_offset at 8, p_filesz at 32.
+        if u32_at(ph, 0)? != 4 {
+            continue;
+        }
+        let size = usize::try_from(u64_at(ph, 32)?).ok()?.min(1 << 16);
+        let notes = read_at(u64_at(ph, 8)?, size)?;
+        let mut i = 0;
+        // Each note: namesz, descsz, type, then name and desc, each padded to 4 bytes.
+        while i + 12 <= notes.len() {
+            let namesz = usize::try_from(u32_at(&notes, i)?).ok()?;
+            let descsz = usize::try_from(u32_at(&notes, i + 4)?).ok()?;
+            let kind = u32_at(&notes, i + 8)?;
+            let name_at = i + 12;
+            let desc_at = name_at + namesz.next_multiple_of(4);
+            let desc = notes.get(desc_at..desc_at.checked_add(descsz)?)?;
+            if kind == 3 && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
+                return Some(desc.to_vec());
+            }
+            i = desc_at + descsz.next_multiple_of(4);
+        }
+    }
+    None
 }
 
 /// One renderer run (or reuse) of the last [`Render::render`], for metrics and logs.
@@ -1245,5 +1296,37 @@ impl Tree for GitTree<'_, '_> {
     }
     fn read(&self, path: &str) -> Option<Vec<u8>> {
         self.0.read(path).ok().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The build id of this test executable is the one `readelf -n` (binutils) prints; what is
+    /// not a 64-bit ELF file, or is cut short, has none.
+    #[test]
+    fn the_gnu_build_id_is_the_one_readelf_prints() {
+        let exe = std::env::current_exe().unwrap();
+        let id = gnu_build_id(&mut std::fs::File::open(&exe).unwrap()).expect("a build id");
+        let out = std::process::Command::new("readelf")
+            .arg("-n")
+            .arg(&exe)
+            .output()
+            .expect("readelf (binutils) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let printed = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: "))
+            .expect("readelf prints a build id");
+        assert_eq!(crate::source::hex(&id), printed);
+        assert!(build_identity().unwrap().ends_with(printed));
+        let bytes = std::fs::read(&exe).unwrap();
+        for cut in [0, 16, 64, 200] {
+            assert_eq!(gnu_build_id(&mut std::io::Cursor::new(&bytes[..cut])), None);
+        }
+        let mut not_elf = bytes[..4096].to_vec();
+        not_elf[0] = b'#';
+        assert_eq!(gnu_build_id(&mut std::io::Cursor::new(not_elf)), None);
     }
 }
