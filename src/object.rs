@@ -5,6 +5,7 @@
 //! (API group, kind, namespace, name). The version in `apiVersion` is not part of identity,
 //! as in Kubernetes, where `apps/v1` and `apps/v1beta2` name the same stored object.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -368,7 +369,7 @@ impl StoredText {
             .get_or_init(|| match parse_json_compact(&self.text) {
                 Ok(Value::Object(m)) => m,
                 // Checked whole, as this decode reads it, when it was read
-                // (`Object::from_stored_text`: `check_json`).
+                // (`Object::from_stored_text`: `stored_head`).
                 _ => unreachable!("stored text checked as a JSON mapping"),
             })
     }
@@ -392,49 +393,23 @@ impl Object {
     /// When the text is not one JSON mapping, or as [`Object::from_value`] for its identity
     /// fields (with the mapping decoded to find them).
     pub fn from_stored_text(text: &str) -> Result<Self, String> {
-        use std::borrow::Cow;
-        #[derive(Deserialize)]
-        struct Head<'a> {
-            #[serde(rename = "apiVersion", borrow)]
-            api_version: Cow<'a, str>,
-            #[serde(borrow)]
-            kind: Cow<'a, str>,
-            #[serde(borrow)]
-            metadata: &'a serde_json::value::RawValue,
-        }
-        #[derive(Deserialize)]
-        struct Meta<'a> {
-            #[serde(borrow)]
-            name: Cow<'a, str>,
-            #[serde(borrow, default)]
-            namespace: Option<Cow<'a, str>>,
-        }
-        // Anything else (a field twice, a type the head does not take) is decoded whole,
-        // which judges it as `from_value` does.
-        // Mappings only: a derived head also takes a list (`["v1", ...]`).
-        let mapping = |t: &str| t.starts_with('{');
-        let head = serde_json::from_str::<Head<'_>>(text)
-            .ok()
-            .filter(|h| mapping(text) && mapping(h.metadata.get()))
-            .and_then(|h| {
-                let meta = serde_json::from_str::<Meta<'_>>(h.metadata.get()).ok()?;
-                Some((h.api_version, h.kind, meta))
-            });
-        let Some((api_version, kind, metadata)) = head else {
+        // One pass checks the whole text as the decode at the first look will read it
+        // (numbers in range, nesting within serde_json's 128, no lone surrogate), so that
+        // decode cannot fail, and picks out the identity. Anything else (not a mapping, a
+        // field twice, a type the identity does not take) is decoded whole now, which judges
+        // it as `from_value` does.
+        let Some(head) = stored_head(text).map_err(|e| e.to_string())? else {
             let value = parse_json_compact(text).map_err(|e| e.to_string())?;
             return Object::from_value(value).map_err(|e| e.to_string());
         };
-        // The rest is checked now as the decode at the first look will read it (numbers in
-        // range, nesting within serde_json's 128, no lone surrogate), keeping nothing: that
-        // decode then cannot fail.
-        check_json(text).map_err(|e| e.to_string())?;
+        let StoredHead {
+            api_version,
+            kind,
+            name,
+            namespace,
+        } = head;
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let key = ObjectKey::new(
-            group,
-            &kind,
-            metadata.namespace.as_deref().unwrap_or(""),
-            &metadata.name,
-        );
+        let key = ObjectKey::new(group, &kind, namespace.as_deref().unwrap_or(""), &name);
         Ok(Object(Repr::Stored(Arc::new(StoredText {
             text: text.into(),
             key,
@@ -913,20 +888,217 @@ pub fn parse_json_compact(text: &str) -> serde_json::Result<Value> {
     Ok(value)
 }
 
-/// Checks `text` as [`parse_json_compact`] reads it (one JSON value, numbers in range,
-/// nesting within serde_json's recursion limit, valid escapes) without building anything.
+/// The identity of a stored object, read in the pass that checks its text.
+struct StoredHead<'a> {
+    api_version: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    name: Cow<'a, str>,
+    namespace: Option<Cow<'a, str>>,
+}
+
+/// Checks `text` as [`parse_json_compact`] reads it (one JSON value, numbers in range, nesting
+/// within serde_json's recursion limit, valid escapes), building nothing but the identity of
+/// the object it holds: `Ok(None)` when it is not a mapping whose `apiVersion`, `kind`,
+/// `metadata.name` (and `metadata.namespace`, when there) are strings each given once.
 ///
 /// # Errors
 ///
 /// The error [`parse_json_compact`] would give.
-fn check_json(text: &str) -> serde_json::Result<()> {
+fn stored_head(text: &str) -> serde_json::Result<Option<StoredHead<'_>>> {
     use serde::de::DeserializeSeed;
     let mut de = serde_json::Deserializer::from_str(text);
-    Check.deserialize(&mut de)?;
-    de.end()
+    let head = HeadSeed.deserialize(&mut de)?;
+    de.end()?;
+    Ok(head)
 }
 
-/// The seed and visitor of [`check_json`]: reads as [`Compact`] does and keeps nothing.
+/// The seed and visitor of [`stored_head`]: the top-level mapping.
+struct HeadSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for HeadSeed {
+    type Value = Option<StoredHead<'de>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(Picked(self))
+    }
+}
+
+impl<'de> Pick<'de> for HeadSeed {
+    type Value = Option<StoredHead<'de>>;
+
+    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut api_version, mut kind, mut meta, mut odd) = (None, None, None, false);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let slot = match &*key {
+                "apiVersion" => &mut api_version,
+                "kind" => &mut kind,
+                "metadata" => {
+                    odd |= meta.is_some();
+                    meta = Some(map.next_value_seed(MetaSeed)?);
+                    continue;
+                }
+                _ => {
+                    map.next_value_seed(Check)?;
+                    continue;
+                }
+            };
+            odd |= slot.is_some();
+            *slot = Some(map.next_value_seed(StrSeed)?);
+        }
+        Ok(match (api_version, kind, meta) {
+            (Some(Some(api_version)), Some(Some(kind)), Some(Some((name, namespace)))) if !odd => {
+                Some(StoredHead {
+                    api_version,
+                    kind,
+                    name,
+                    namespace,
+                })
+            }
+            _ => None,
+        })
+    }
+}
+
+/// `metadata`: its `name` and `namespace` when they are strings given once.
+struct MetaSeed;
+
+/// A name, and a namespace when there is one.
+type NameAndNamespace<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for MetaSeed {
+    type Value = Option<NameAndNamespace<'de>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(Picked(self))
+    }
+}
+
+impl<'de> Pick<'de> for MetaSeed {
+    type Value = Option<NameAndNamespace<'de>>;
+
+    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut name, mut namespace, mut odd) = (None, None, false);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let slot = match &*key {
+                "name" => &mut name,
+                "namespace" => &mut namespace,
+                _ => {
+                    map.next_value_seed(Check)?;
+                    continue;
+                }
+            };
+            odd |= slot.is_some();
+            *slot = Some(map.next_value_seed(StrSeed)?);
+        }
+        Ok(match (name, namespace) {
+            (Some(Some(name)), None) if !odd => Some((name, None)),
+            (Some(Some(name)), Some(Some(ns))) if !odd => Some((name, Some(ns))),
+            _ => None,
+        })
+    }
+}
+
+/// A value that is kept when it is a string (`None` otherwise, checked all the same).
+struct StrSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for StrSeed {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(Picked(self))
+    }
+}
+
+impl<'de> Pick<'de> for StrSeed {
+    type Value = Option<Cow<'de, str>>;
+
+    fn string(self, s: Cow<'de, str>) -> Self::Value {
+        Some(s)
+    }
+}
+
+/// A mapping key, borrowed from the text when it has no escapes.
+struct KeySeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(Picked(StrSeed))?
+            .ok_or_else(|| serde::de::Error::custom("a mapping key that is not a string"))
+    }
+}
+
+/// What [`Picked`] keeps of a value: a string, or what a mapping holds; anything else is
+/// checked (as [`Check`] does) and gives `Value::default()`.
+trait Pick<'de>: Sized {
+    type Value: Default;
+
+    fn string(self, _: Cow<'de, str>) -> Self::Value {
+        Self::Value::default()
+    }
+
+    fn map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        serde::de::Visitor::visit_map(Check, map).map(|()| Self::Value::default())
+    }
+}
+
+/// The visitor of a [`Pick`].
+struct Picked<P>(P);
+
+impl<'de, P: Pick<'de>> serde::de::Visitor<'de> for Picked<P> {
+    type Value = P::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<P::Value, E> {
+        Ok(self.0.string(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<P::Value, E> {
+        Ok(self.0.string(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_unit<E>(self) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_none<E>(self) -> Result<P::Value, E> {
+        Ok(P::Value::default())
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<P::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<P::Value, A::Error> {
+        serde::de::Visitor::visit_seq(Check, seq).map(|()| P::Value::default())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<P::Value, A::Error> {
+        self.0.map(map)
+    }
+}
+
+/// A value checked as [`Compact`] reads it, kept nowhere.
 struct Check;
 
 impl<'de> serde::de::DeserializeSeed<'de> for Check {
@@ -1168,6 +1340,27 @@ mod tests {
         ] {
             let e = Object::from_stored_text(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
+        }
+        // Whatever the shape, the stored text reads as the decoded one would.
+        for text in [
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","name":"b"}}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":null}}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"metadata":{"name":"c"}}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"n","labels":{"x":[1,2,{"y":null}]}}}"#,
+            r#"{"kind":"ConfigMap","metadata":{"namespace":"n","name":"a"},"apiVersion":"g/v1"}"#,
+            r#"{"apiVersion":"v1","kind":"Config\"Map","metadata":{"name":"a\u00e9"}}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":null}}"#,
+            r#"{"apiVersion":1,"kind":"ConfigMap","metadata":{"name":"a"}}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"a"}"#,
+            r#""v1""#,
+        ] {
+            let decoded = parse_json_compact(text)
+                .unwrap()
+                .try_into()
+                .map(|o: Object| o.key())
+                .map_err(|e: Error| e.to_string());
+            let stored = Object::from_stored_text(text).map(|o| o.key());
+            assert_eq!(stored, decoded, "{text}");
         }
         // A field twice: decoded whole, the last one wins, as in `from_value`.
         let twice =
