@@ -1279,6 +1279,67 @@ mod tests {
         }
     }
 
+    /// A JSON value's text: strings (escapes too), numbers, null, lists and mappings.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("\"v1\"".to_string()),
+            Just("\"a\\u0062\\n\"".to_string()),
+            Just("\"\"".to_string()),
+            Just("7".to_string()),
+            Just("-0.5e3".to_string()),
+            Just("true".to_string()),
+        ];
+        leaf.prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(("[a-c]", inner), 0..3).prop_map(|v| {
+                    let fields: Vec<String> =
+                        v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever the identity fields hold (absent, twice, of any type, escaped), a stored
+        /// text reads as its decoded mapping does: the same key and fields, or the same error.
+        #[test]
+        fn stored_texts_read_as_their_decoded_mappings(
+            fields in proptest::collection::vec(
+                (proptest::sample::select(vec!["apiVersion", "kind", "metadata", "spec", "x"]), json_text()),
+                0..6,
+            ),
+            meta in proptest::collection::vec(
+                (proptest::sample::select(vec!["name", "namespace", "labels"]), json_text()),
+                0..4,
+            ),
+            name in "[a-z\\\\\"]{0,3}",
+        ) {
+            let meta_text = {
+                let mut m: Vec<String> = vec![format!("\"name\":{}", serde_json::to_string(&name).unwrap())];
+                m.extend(meta.iter().map(|(k, v)| format!("\"{k}\":{v}")));
+                format!("{{{}}}", m.join(","))
+            };
+            let mut f: Vec<String> = vec![
+                "\"apiVersion\":\"g/v1\"".into(),
+                "\"kind\":\"K\"".into(),
+                format!("\"metadata\":{meta_text}"),
+            ];
+            f.extend(fields.iter().map(|(k, v)| format!("\"{k}\":{v}")));
+            let text = format!("{{{}}}", f.join(","));
+            let decoded = parse_json_compact(&text)
+                .map_err(|e| e.to_string())
+                .and_then(|v| Object::from_value(v).map_err(|e| e.to_string()))
+                .map(|o| (o.key(), Value::from(o)));
+            let stored = Object::from_stored_text(&text).map(|o| (o.key(), Value::from(o)));
+            proptest::prop_assert_eq!(stored, decoded, "{}", text);
+        }
+    }
+
     #[test]
     fn objects_from_stored_text_read_as_decoded_ones() {
         let text = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"we\u0062","namespace":"ns","labels":{"a":"1"}},"spec":{"replicas":2,"ratio":0.5}}"#;
