@@ -926,40 +926,31 @@ impl<'de> serde::de::DeserializeSeed<'de> for HeadSeed {
 impl<'de> Pick<'de> for HeadSeed {
     type Value = Option<StoredHead<'de>>;
 
-    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut api_version, mut kind, mut meta, mut odd) = (None, None, None, false);
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let slot = match &*key {
-                "apiVersion" => &mut api_version,
-                "kind" => &mut kind,
-                "metadata" => {
-                    odd |= meta.is_some();
-                    meta = Some(map.next_value_seed(MetaSeed)?);
-                    continue;
-                }
-                _ => {
-                    map.next_value_seed(Check)?;
-                    continue;
-                }
-            };
-            odd |= slot.is_some();
-            *slot = Some(map.next_value_seed(StrSeed)?);
-        }
-        Ok(match (api_version, kind, meta) {
-            (Some(Some(api_version)), Some(Some(kind)), Some(Some((name, namespace)))) if !odd => {
-                Some(StoredHead {
-                    api_version,
-                    kind,
-                    name,
-                    namespace,
-                })
+    fn map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let (mut api_version, mut kind, mut meta) = (None, None, None);
+        each_entry(map, |key, map| {
+            match key {
+                "apiVersion" => api_version = map.next_value_seed(StrSeed)?,
+                "kind" => kind = map.next_value_seed(StrSeed)?,
+                "metadata" => meta = map.next_value_seed(MetaSeed)?,
+                _ => return Ok(false),
             }
+            Ok(true)
+        })?;
+        Ok(match (api_version, kind, meta) {
+            (Some(api_version), Some(kind), Some((name, namespace))) => Some(StoredHead {
+                api_version,
+                kind,
+                name,
+                namespace,
+            }),
             _ => None,
         })
     }
 }
 
-/// `metadata`: its `name` and `namespace` when they are strings given once.
+/// `metadata`: its `name`, and its `namespace` when there is one; `None` when either is not a
+/// string.
 struct MetaSeed;
 
 /// A name, and a namespace when there is one.
@@ -976,26 +967,38 @@ impl<'de> serde::de::DeserializeSeed<'de> for MetaSeed {
 impl<'de> Pick<'de> for MetaSeed {
     type Value = Option<NameAndNamespace<'de>>;
 
-    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut name, mut namespace, mut odd) = (None, None, false);
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let slot = match &*key {
-                "name" => &mut name,
-                "namespace" => &mut namespace,
-                _ => {
-                    map.next_value_seed(Check)?;
-                    continue;
-                }
-            };
-            odd |= slot.is_some();
-            *slot = Some(map.next_value_seed(StrSeed)?);
-        }
+    fn map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        // Each slot: absent, or the last value given (`None` when it is not a string).
+        let (mut name, mut namespace) = (None, None);
+        each_entry(map, |key, map| {
+            match key {
+                "name" => name = Some(map.next_value_seed(StrSeed)?),
+                "namespace" => namespace = Some(map.next_value_seed(StrSeed)?),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
         Ok(match (name, namespace) {
-            (Some(Some(name)), None) if !odd => Some((name, None)),
-            (Some(Some(name)), Some(Some(ns))) if !odd => Some((name, Some(ns))),
+            (Some(Some(name)), None) => Some((name, None)),
+            (Some(Some(name)), Some(Some(ns))) => Some((name, Some(ns))),
             _ => None,
         })
     }
+}
+
+/// Reads a mapping's entries: `take` reads the value of a key it wants and says so (a key
+/// given twice is read twice: the last value wins, as in a decoded mapping); every other
+/// value is checked as [`Check`] does.
+fn each_entry<'de, A: serde::de::MapAccess<'de>>(
+    mut map: A,
+    mut take: impl FnMut(&str, &mut A) -> Result<bool, A::Error>,
+) -> Result<(), A::Error> {
+    while let Some(key) = map.next_key_seed(KeySeed)? {
+        if !take(&key, &mut map)? {
+            map.next_value_seed(Check)?;
+        }
+    }
+    Ok(())
 }
 
 /// A value that is kept when it is a string (`None` otherwise, checked all the same).
@@ -1012,8 +1015,12 @@ impl<'de> serde::de::DeserializeSeed<'de> for StrSeed {
 impl<'de> Pick<'de> for StrSeed {
     type Value = Option<Cow<'de, str>>;
 
-    fn string(self, s: Cow<'de, str>) -> Self::Value {
-        Some(s)
+    fn borrowed(self, s: &'de str) -> Self::Value {
+        Some(Cow::Borrowed(s))
+    }
+
+    fn owned(self, s: &str) -> Self::Value {
+        Some(Cow::Owned(s.to_owned()))
     }
 }
 
@@ -1029,17 +1036,39 @@ impl<'de> serde::de::DeserializeSeed<'de> for KeySeed {
     }
 }
 
+/// A value checked as [`Compact`] reads it (numbers in range, nesting, escapes), kept nowhere.
+struct Check;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Check {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(Picked(self))
+    }
+}
+
+impl Pick<'_> for Check {
+    type Value = ();
+}
+
 /// What [`Picked`] keeps of a value: a string, or what a mapping holds; anything else is
 /// checked (as [`Check`] does) and gives `Value::default()`.
 trait Pick<'de>: Sized {
     type Value: Default;
 
-    fn string(self, _: Cow<'de, str>) -> Self::Value {
+    /// A string without escapes, borrowed from the text.
+    fn borrowed(self, s: &'de str) -> Self::Value {
+        self.owned(s)
+    }
+
+    /// A string the parser unescaped into its scratch buffer.
+    fn owned(self, _: &str) -> Self::Value {
         Self::Value::default()
     }
 
+    /// A mapping; by default each entry is checked.
     fn map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        serde::de::Visitor::visit_map(Check, map).map(|()| Self::Value::default())
+        each_entry(map, |_, _| Ok(false)).map(|()| Self::Value::default())
     }
 }
 
@@ -1070,11 +1099,11 @@ impl<'de, P: Pick<'de>> serde::de::Visitor<'de> for Picked<P> {
     }
 
     fn visit_borrowed_str<E>(self, v: &'de str) -> Result<P::Value, E> {
-        Ok(self.0.string(Cow::Borrowed(v)))
+        Ok(self.0.borrowed(v))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<P::Value, E> {
-        Ok(self.0.string(Cow::Owned(v.to_owned())))
+        Ok(self.0.owned(v))
     }
 
     fn visit_unit<E>(self) -> Result<P::Value, E> {
@@ -1089,87 +1118,13 @@ impl<'de, P: Pick<'de>> serde::de::Visitor<'de> for Picked<P> {
         d.deserialize_any(self)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<P::Value, A::Error> {
-        serde::de::Visitor::visit_seq(Check, seq).map(|()| P::Value::default())
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<P::Value, A::Error> {
+        while seq.next_element_seed(Check)?.is_some() {}
+        Ok(P::Value::default())
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<P::Value, A::Error> {
         self.0.map(map)
-    }
-}
-
-/// A value checked as [`Compact`] reads it, kept nowhere.
-struct Check;
-
-impl<'de> serde::de::DeserializeSeed<'de> for Check {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Check {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_none<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Check)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // Keys are read as `Compact` reads them (as strings, escapes checked).
-        while map.next_key_seed(CheckKey)?.is_some() {
-            map.next_value_seed(Check)?;
-        }
-        Ok(())
-    }
-}
-
-/// A mapping key read as a string, kept nowhere.
-struct CheckKey;
-
-impl<'de> serde::de::DeserializeSeed<'de> for CheckKey {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_str(Check)
     }
 }
 
