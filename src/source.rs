@@ -186,8 +186,13 @@ impl Default for Limits {
 /// The manifest files of an app's path at one revision, and what was found on the way.
 #[derive(Clone, Debug, Default)]
 pub struct Files {
-    /// `(path inside the repository, contents)`, in path order.
+    /// `(path inside the repository, contents)`, in path order. Each contents is empty while
+    /// [`Files::unread`] is set.
     pub files: Vec<(String, Vec<u8>)>,
+    /// Set by [`GitCache::read_listed`]: the files were listed (path, blob id, size counted
+    /// against the limits) and not read; [`GitCache::read_contents`] reads those it is asked
+    /// for.
+    pub unread: bool,
     /// Symlink errors and similar, each naming the link's path.
     pub diagnostics: Vec<Diagnostic>,
     /// What the walk read, as one id: equal ids mean equal files read. The id of the tree at
@@ -802,6 +807,13 @@ pub struct GitCache {
 /// (a webhook triggers them all, they all start together), so that one fetch serves them.
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// True when `reference` is a commit id, or one with an ancestry suffix (`<id>~3`, `<id>^2`) as
+/// `git rev-parse` takes it: fetched by id, never gathered with other refs.
+fn names_commit(reference: &str) -> bool {
+    !reference.starts_with("refs/")
+        && looks_like_commit_id(reference.split(['~', '^']).next().unwrap_or(reference))
+}
+
 /// The refs asked of one repository cache, and the last fetch's results.
 #[derive(Debug, Default)]
 struct Gather {
@@ -811,9 +823,25 @@ struct Gather {
     known: std::collections::BTreeSet<Option<String>>,
     /// When the last fetch listed the remote, and what it found per ref.
     done: Option<(std::time::Instant, HashMap<Option<String>, Fetched>)>,
+    /// Apps that said they read this repository ([`GitCache::expect`]).
+    readers: usize,
+    /// Requests made so far.
+    asked: u64,
 }
 
 impl Gather {
+    /// Notes a request for `reference`; true when its fetch, if it leads, should wait
+    /// [`GATHER`] for others: the repository is read at several refs, or this is its first
+    /// fetch and other apps may ask with it (more than one app said it reads the repository,
+    /// or nobody said: [`GitCache::expect`]).
+    fn ask(&mut self, reference: Option<String>) -> bool {
+        self.wanted.insert(reference.clone());
+        let first = self.done.is_none() && self.asked == 0;
+        self.asked += 1;
+        self.known.insert(reference);
+        (first && self.readers != 1) || self.known.len() > 1
+    }
+
     /// The result for `reference` of a fetch that listed the remote after `asked`.
     fn done_since(&self, asked: std::time::Instant, reference: &Option<String>) -> Option<Fetched> {
         let (listed, results) = self.done.as_ref()?;
@@ -925,26 +953,18 @@ impl GitCache {
         let auth = self.auth_for(url);
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reference = reference.map(str::to_string);
-        // A commit id, or one with an ancestry suffix (`<id>~3`, `<id>^2`) as `git rev-parse`
-        // takes it.
-        let by_id = reference.as_deref().is_some_and(|r| {
-            !r.starts_with("refs/") && looks_like_commit_id(r.split(['~', '^']).next().unwrap_or(r))
-        });
+        let by_id = reference.as_deref().is_some_and(names_commit);
         let asked = std::time::Instant::now();
         let gather = self.gather_for(&path);
         // Other refs of this repository are asked for too (apps on other branches), or it is
         // the first fetch of it: a fetch waits [`GATHER`] for them. Later requests for one
         // ref need no wait: whoever asks while a fetch lists the remote is served by the next
         // one, which takes them all.
-        let mut others = false;
-        if !by_id {
-            let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
-            g.wanted.insert(reference.clone());
-            // The first fetch of a repository cannot know yet who else asks for it: it waits.
-            let first = g.known.is_empty();
-            g.known.insert(reference.clone());
-            others = first || g.known.len() > 1;
-        }
+        let others = !by_id
+            && gather
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .ask(reference.clone());
         let transfers = self.transfers.clone();
         let task = {
             let cancel = cancel.clone();
@@ -1050,6 +1070,20 @@ impl GitCache {
     /// requests count once).
     pub fn transfers(&self) -> u64 {
         self.transfers.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Tells the cache that one app reads `reference` of `url` (called as each app is loaded,
+    /// before any fetch). The first fetch of a repository waits [`GATHER`] so that the apps
+    /// asking with it share it; when only one app said it reads the repository, at one ref,
+    /// nobody can join and it is fetched at once (a one-shot `driftless sync` of one app saves
+    /// the wait). Commit ids are fetched by id, never gathered.
+    pub fn expect(&self, url: &str, reference: Option<&str>) {
+        let gather = self.gather_for(&self.repo_path(url));
+        let mut g = gather.lock().unwrap_or_else(|e| e.into_inner());
+        g.readers += 1;
+        if !reference.is_some_and(names_commit) {
+            g.known.insert(reference.map(str::to_string));
+        }
     }
 
     fn gather_for(&self, path: &Path) -> Arc<Mutex<Gather>> {
@@ -1176,6 +1210,88 @@ impl GitCache {
         limits: Limits,
         wants: fn(&str) -> bool,
     ) -> Result<Files> {
+        self.walk(url, revision, path, limits, wants, false).await
+    }
+
+    /// As [`GitCache::read_selected`], listing the files `wants` selects without reading them
+    /// ([`Files::unread`]: each one's path and blob id, its size counted against `limits`
+    /// from the object's header): a caller that finds it has parsed these blobs before, or
+    /// needs none of them, reads nothing more; else [`GitCache::read_contents`].
+    ///
+    /// # Errors
+    ///
+    /// As [`GitCache::read`].
+    pub async fn read_listed(
+        &self,
+        url: &str,
+        revision: &Revision,
+        path: &str,
+        limits: Limits,
+        wants: fn(&str) -> bool,
+    ) -> Result<Files> {
+        self.walk(url, revision, path, limits, wants, true).await
+    }
+
+    /// Reads the contents of the files of `files` ([`GitCache::read_listed`] from `url`'s
+    /// cache) whose paths are in `paths`, by their blob ids; the others stay empty.
+    /// [`Files::unread`] is cleared.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReadFailed`] when a blob cannot be read (a damaged cache is then dropped, to be
+    /// cloned again by the next fetch, as [`GitCache::read`] does), [`Error::CacheFailed`],
+    /// [`Error::TaskFailed`].
+    pub async fn read_contents(
+        &self,
+        url: &str,
+        mut files: Files,
+        paths: HashSet<String>,
+    ) -> Result<Files> {
+        let repo_path = self.repo_path(url);
+        let span = tracing::debug_span!("git_read_contents", files = paths.len());
+        tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
+            let repo = open_cache(&repo_path)?;
+            let read = (|| {
+                for (path, contents) in &mut files.files {
+                    if !paths.contains(path.as_str()) {
+                        continue;
+                    }
+                    let failed = |source| Error::ReadFailed {
+                        what: format!("file {path}"),
+                        source,
+                    };
+                    let id = files.blob_ids.get(path.as_str()).map_or("", String::as_str);
+                    let oid = Oid::from_str(id).map_err(failed)?;
+                    *contents = repo.find_blob(oid).map_err(failed)?.content().to_vec();
+                }
+                files.unread = false;
+                Ok(files)
+            })();
+            if let Err(Error::ReadFailed { source, .. }) = &read
+                && matches!(
+                    source.class(),
+                    git2::ErrorClass::Odb | git2::ErrorClass::Zlib
+                )
+            {
+                drop(repo);
+                discard_damaged_cache(&repo_path);
+            }
+            read
+        })
+        .await
+        .map_err(Error::TaskFailed)?
+    }
+
+    async fn walk(
+        &self,
+        url: &str,
+        revision: &Revision,
+        path: &str,
+        limits: Limits,
+        wants: fn(&str) -> bool,
+        list_only: bool,
+    ) -> Result<Files> {
         let repo_path = self.repo_path(url);
         let revision = revision.clone();
         let path = path.to_string();
@@ -1183,7 +1299,7 @@ impl GitCache {
         tokio::task::spawn_blocking(move || {
             let _span = span.entered();
             let repo = open_cache(&repo_path)?;
-            let read = read_files(&repo, &revision, &path, limits, wants);
+            let read = read_files(&repo, &revision, &path, limits, wants, list_only);
             if let Err(Error::ReadFailed { source, .. }) = &read
                 && matches!(
                     source.class(),
@@ -1733,6 +1849,9 @@ struct Walker<'r> {
     followed_link: bool,
     /// Which files to read, by path.
     wants: fn(&str) -> bool,
+    /// List the files wanted with their sizes (from the object header) instead of reading
+    /// their contents ([`Files::unread`]).
+    list_only: bool,
     /// Stop at folders that hold a kustomization file or a chart, and note them
     /// ([`Files::kustomizations`], [`Files::charts`]) instead of reading into them.
     stop_at_rendered: bool,
@@ -1744,6 +1863,7 @@ fn read_files(
     path: &str,
     limits: Limits,
     wants: fn(&str) -> bool,
+    list_only: bool,
 ) -> Result<Files> {
     let read_failed = |what: &str| {
         let what = what.to_string();
@@ -1762,6 +1882,8 @@ fn read_files(
     let missing = "does not exist";
     let base = normalize(path).ok_or_else(|| path_not_found(missing))?;
     let mut walker = Walker::new(repo, root.clone(), limits, wants, true);
+    walker.list_only = list_only;
+    walker.out.unread = list_only;
     let tree = if base.is_empty() {
         root
     } else {
@@ -1840,6 +1962,7 @@ impl<'r> Walker<'r> {
             stopped: false,
             followed_link: false,
             wants,
+            list_only: false,
             stop_at_rendered,
         }
     }
@@ -2006,14 +2129,25 @@ impl<'r> Walker<'r> {
     }
 
     fn read_blob(&mut self, path: &str, oid: Oid) -> Result<()> {
-        let blob = self
-            .repo
-            .find_blob(oid)
-            .map_err(|source| Error::ReadFailed {
-                what: format!("file {path}"),
-                source,
-            })?;
-        self.bytes += blob.size() as u64;
+        let failed = |source| Error::ReadFailed {
+            what: format!("file {path}"),
+            source,
+        };
+        let (size, contents) = if self.list_only {
+            // The object's header only: no inflating, no hashing of the contents.
+            let odb = self.repo.odb().map_err(failed)?;
+            let (size, kind) = odb.read_header(oid).map_err(failed)?;
+            if kind != git2::ObjectType::Blob {
+                return Err(failed(git2::Error::from_str(&format!(
+                    "object {oid} is a {kind}, not a blob"
+                ))));
+            }
+            (size, Vec::new())
+        } else {
+            let blob = self.repo.find_blob(oid).map_err(failed)?;
+            (blob.size(), blob.content().to_vec())
+        };
+        self.bytes += size as u64;
         if self.bytes > self.limits.max_bytes {
             let max = self.limits.max_bytes;
             self.stop(
@@ -2022,9 +2156,7 @@ impl<'r> Walker<'r> {
             );
             return Ok(());
         }
-        self.out
-            .files
-            .push((path.to_string(), blob.content().to_vec()));
+        self.out.files.push((path.to_string(), contents));
         self.out.blob_ids.insert(path.to_string(), oid.to_string());
         Ok(())
     }
@@ -2091,6 +2223,48 @@ fn link_destination(dir: &str, target: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fetch_waits_to_gather_only_when_others_may_ask() {
+        let url = "https://example.com/a.git";
+        let asks = |git: &GitCache, refs: &[Option<&str>]| -> Vec<bool> {
+            let g = git.gather_for(&git.repo_path(url));
+            let mut g = g.lock().unwrap();
+            refs.iter().map(|r| g.ask(r.map(str::to_string))).collect()
+        };
+        // Nobody said who reads it: the first fetch cannot know, and waits; later ones for
+        // the only ref asked do not.
+        let git = GitCache::new("/nonexistent");
+        assert_eq!(asks(&git, &[None, None]), [true, false]);
+
+        // One app alone said it reads it, at one ref: fetched at once.
+        let git = GitCache::new("/nonexistent");
+        git.expect(url, Some("main"));
+        assert_eq!(asks(&git, &[Some("main"), Some("main")]), [false, false]);
+
+        // Two apps at one ref: the first fetch waits for the other.
+        let git = GitCache::new("/nonexistent");
+        git.expect(url, Some("main"));
+        git.expect(url, Some("main"));
+        assert_eq!(asks(&git, &[Some("main"), Some("main")]), [true, false]);
+
+        // Two refs: every fetch gathers them.
+        let git = GitCache::new("/nonexistent");
+        git.expect(url, Some("main"));
+        git.expect(url, Some("release"));
+        assert_eq!(asks(&git, &[Some("main"), Some("main")]), [true, true]);
+
+        // An app at a commit id is a reader, never a ref to gather.
+        let git = GitCache::new("/nonexistent");
+        git.expect(url, Some("main"));
+        git.expect(url, Some("0123456789abcdef0123456789abcdef01234567~2"));
+        assert_eq!(asks(&git, &[Some("main")]), [true]);
+
+        // Another repository's readers are its own.
+        git.expect("https://example.com/b.git", Some("main"));
+        let b = git.gather_for(&git.repo_path("https://example.com/b.git"));
+        assert!(!b.lock().unwrap().ask(Some("main".into())));
+    }
 
     #[test]
     fn known_hosts_lines_match_hosts_ports_and_keys() {

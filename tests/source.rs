@@ -685,6 +685,114 @@ async fn folders_too_deep_and_manifests_too_large_are_refused_naming_the_bound()
 }
 
 #[tokio::test]
+async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_same() {
+    let repo = GitRepo::new();
+    repo.write("shared/base.yaml", configmap("base", &[]))
+        .write("app/a.yaml", configmap("a", &[("k", "1")]))
+        .write(
+            "app/sub/b.yaml",
+            configmap("b", &[("k", &"x".repeat(2000))]),
+        )
+        .symlink("app/linked.yaml", "../shared/base.yaml")
+        .symlink("app/dangling.yaml", "nowhere.yaml");
+    let id = Revision(repo.commit("files"));
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let url = repo.url();
+    let read = cache
+        .read(&url, &id, "app", Limits::default())
+        .await
+        .unwrap();
+    let listed = cache
+        .read_listed(
+            &url,
+            &id,
+            "app",
+            Limits::default(),
+            driftless::manifest::is_manifest_path,
+        )
+        .await
+        .unwrap();
+    assert!(!read.unread && listed.unread);
+    // The same files, ids and findings; no contents yet.
+    let paths =
+        |f: &driftless::source::Files| f.files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        paths(&listed),
+        ["app/a.yaml", "app/linked.yaml", "app/sub/b.yaml"]
+    );
+    assert_eq!(paths(&listed), paths(&read));
+    assert_eq!(listed.blob_ids, read.blob_ids);
+    assert_eq!(listed.content_id, read.content_id);
+    let shown = |f: &driftless::source::Files| {
+        f.diagnostics
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shown(&listed), shown(&read));
+    assert_eq!(shown(&listed).len(), 1, "the dangling link");
+    assert!(listed.files.iter().all(|(_, b)| b.is_empty()));
+
+    // Only the files asked for are read, with the bytes a full read gives.
+    let asked = ["app/linked.yaml".to_string(), "app/sub/b.yaml".to_string()];
+    let filled = cache
+        .read_contents(&url, listed.clone(), asked.iter().cloned().collect())
+        .await
+        .unwrap();
+    assert!(!filled.unread);
+    for ((path, got), (_, want)) in filled.files.iter().zip(&read.files) {
+        if asked.contains(path) {
+            assert_eq!(got, want, "{path}");
+        } else {
+            assert!(got.is_empty(), "{path} was not asked for");
+        }
+    }
+
+    // Sizes come from the objects' headers: the byte limit refuses the same walk.
+    let limited = Limits {
+        max_bytes: 2000,
+        ..Limits::default()
+    };
+    let too_large = cache
+        .read_listed(
+            &url,
+            &id,
+            "app",
+            limited,
+            driftless::manifest::is_manifest_path,
+        )
+        .await
+        .unwrap();
+    let full = cache.read(&url, &id, "app", limited).await.unwrap();
+    assert_eq!(shown(&too_large), shown(&full));
+    assert!(
+        shown(&too_large)
+            .iter()
+            .any(|d| d.contains("larger than 2000 bytes in all (source.limits.maxBytes)")),
+        "{:?}",
+        shown(&too_large)
+    );
+    assert!(too_large.files.is_empty() && full.files.is_empty());
+
+    // A blob gone by the time it is read (the repository on this machine is read in place)
+    // is an error naming the file, not an empty file.
+    let blob = &listed.blob_ids["app/a.yaml"];
+    let loose = repo
+        .path()
+        .join(".git/objects")
+        .join(&blob[..2])
+        .join(&blob[2..]);
+    std::fs::remove_file(&loose).unwrap();
+    let err = cache
+        .read_contents(&url, listed, ["app/a.yaml".to_string()].into())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ReadFailed { .. }), "{err}");
+    assert!(err.to_string().contains("app/a.yaml"), "{err}");
+}
+
+#[tokio::test]
 async fn a_submodule_under_the_path_is_an_error_naming_it() {
     let repo = GitRepo::new();
     repo.write("app/a.yaml", configmap("a", &[]));

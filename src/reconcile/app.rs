@@ -171,6 +171,7 @@ impl App {
         dry_run: bool,
     ) -> Result<Self, Error> {
         let name = cfg.name.value.clone();
+        git.expect(&cfg.source.repo.value, cfg.source.reference.as_deref());
         let inventory = Inventory::load(store.as_ref(), &name)
             .await
             .map_err(|source| Error::LoadFailed {

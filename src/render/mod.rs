@@ -527,8 +527,10 @@ impl Render {
             };
             return self.prepare_helm(git, revision, settings, chart).await;
         }
+        // Listed, not read: a key equal to the set in force's needs no contents, and a
+        // render reads only the blobs it has not parsed before.
         let mut files = git
-            .read_selected(
+            .read_listed(
                 &cfg.source.repo.value,
                 revision,
                 &cfg.source.path.value,
@@ -770,11 +772,22 @@ impl Render {
         self.runs.clear();
         let Prepared {
             revision,
-            files,
+            mut files,
             units,
             mut diagnostics,
             ..
         } = prepared;
+        if files.unread {
+            let misses: std::collections::HashSet<String> = files
+                .files
+                .iter()
+                .filter(|(p, _)| !self.has_parsed(&files, p))
+                .map(|(p, _)| p.clone())
+                .collect();
+            files = git
+                .read_contents(&self.settings.repo, files, misses)
+                .await?;
+        }
         let (mut results, walked) = self.plain(files);
         diagnostics.splice(0..0, walked);
         let refused = diagnostics.iter().any(Diagnostic::is_error);
@@ -999,6 +1012,14 @@ impl Render {
         manifest::assemble(results, diagnostics, &self.options)
     }
 
+    /// True when the file at `path` of `files` (by its blob id) was parsed for the last
+    /// revision: its result is reused, its contents need not be read.
+    fn has_parsed(&self, files: &Files, path: &str) -> bool {
+        files.blob_ids.get(path).is_some_and(|id| {
+            !id.is_empty() && self.parsed.contains_key(&(path.to_string(), id.clone()))
+        })
+    }
+
     /// The plain files parsed (through the cache), in path order, and the walk's diagnostics.
     fn plain(&mut self, mut files: Files) -> (Vec<FileResult>, Vec<Diagnostic>) {
         // In path order, whatever the source (Git trees are; a folder walk may not be).
@@ -1009,7 +1030,7 @@ impl Render {
                 files.blob_ids.get(path).cloned().unwrap_or_default(),
             )
         };
-        let cached = |k: &(String, String)| !k.1.is_empty() && self.parsed.contains_key(k);
+        let cached = |k: &(String, String)| self.has_parsed(&files, &k.0);
         let misses: Vec<(&str, &[u8])> = files
             .files
             .iter()
