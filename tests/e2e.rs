@@ -72,6 +72,61 @@ fn first_sync_applies_every_object_and_records_status() {
 }
 
 #[test]
+fn every_object_of_a_large_app_gets_its_own_status() {
+    // Enough objects for the status to be judged on several threads: each entry must still
+    // be its own object's, in the order of the keys.
+    let env = Env::new();
+    let mut docs = String::new();
+    for i in 0..700 {
+        if i % 2 == 0 {
+            docs.push_str(&configmap(&format!("c{i:04}"), &[("i", &i.to_string())]));
+        } else {
+            // No status yet: Progressing, its message naming it.
+            docs.push_str(&format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d{i:04}\nspec:\n  selector: {{matchLabels: {{app: d{i:04}}}}}\n  template:\n    metadata: {{labels: {{app: d{i:04}}}}}\n    spec: {{containers: [{{name: c, image: nginx}}]}}\n"
+            ));
+        }
+        docs.push_str("---\n");
+    }
+    env.repo.write("app/many.yaml", &docs);
+    env.repo.commit("many");
+    let out = env.run(&["sync"]);
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    let st = env.status();
+    let resources = st["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 702, "700 and the two first files");
+    let mut names = Vec::new();
+    for r in resources {
+        let name = r["name"].as_str().unwrap();
+        names.push((r["group"].as_str().unwrap(), name));
+        assert_eq!(r["sync"], "Synced", "{r}");
+        match r["kind"].as_str().unwrap() {
+            "ConfigMap" => assert_eq!(r["health"], "Healthy", "{r}"),
+            "Deployment" => {
+                assert_eq!(r["health"], "Progressing", "{r}");
+                assert_eq!(r["group"], "apps", "{r}");
+                assert!(
+                    r["healthMessage"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("rollout"),
+                    "{r}"
+                );
+            }
+            k => panic!("unexpected kind {k}"),
+        }
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "entries in key order");
+    assert_eq!(
+        names.iter().filter(|(g, _)| g.is_empty()).count(),
+        352,
+        "350 ConfigMaps and a, b"
+    );
+}
+
+#[test]
 fn a_no_op_resync_writes_nothing() {
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));

@@ -1383,7 +1383,8 @@ impl App {
     }
 
     /// Updates the per-object status from a sync's outcome: every declared object of the
-    /// scope, and the deletes that did not happen.
+    /// scope, and the deletes that did not happen. The stored objects' health is judged on
+    /// all cores ([`crate::par::map`]) when no Lua rule is set.
     async fn record_resources(
         &mut self,
         in_force: &InForce,
@@ -1432,6 +1433,7 @@ impl App {
         }
         // Objects still as declared since their last look keep their status as it was.
         let mut seen = BTreeSet::new();
+        let mut judged = Vec::new();
         for step in &outcome.plan.steps {
             seen.insert(step.key.clone());
             let (sync_status, message) = match (step.action, &step.skipped) {
@@ -1486,19 +1488,26 @@ impl App {
                     continue;
                 }
             };
-            // The stored object with the store's metadata: a copy made here, one at a time.
+            judged.push((step, sync_status, message));
+        }
+        // The stored object with the store's metadata (a copy made per object, dropped once
+        // judged), and its health: pure work on all cores, unless a Lua rule must run on
+        // this thread (`assess_health` moves it off the runtime's).
+        let judge = |(step, sync_status, message): &Judged<'_>| {
             let live = outcome.live.get(&step.key).map(|s| s.object());
             let live = live.as_deref();
-            self.set_resource(
-                step.key.clone(),
-                resource(
-                    &step.key,
-                    version_of(&step.key, live),
-                    sync_status,
-                    super::assess_health(live, &self.health_rules, &status_kinds),
-                    message,
-                ),
-            );
+            let health = super::assess_health(live, &self.health_rules, &status_kinds);
+            let version = version_of(&step.key, live);
+            let r = resource(&step.key, version, *sync_status, health, message.clone());
+            (step.key.clone(), r)
+        };
+        let judged = if self.health_rules.has_lua() {
+            judged.iter().map(judge).collect()
+        } else {
+            crate::par::map("resource status", &judged, 512, judge)
+        };
+        for (key, r) in judged {
+            self.set_resource(key, r);
         }
         for (key, why) in &outcome.conflicts {
             seen.insert(key.clone());
@@ -1997,6 +2006,9 @@ fn first_fields(step: &crate::diff::Step) -> String {
         .collect();
     fields.join(", ")
 }
+
+/// A planned step whose resource status is still to judge: its sync status and message.
+type Judged<'a> = (&'a crate::diff::Step, SyncStatus, Option<String>);
 
 pub(super) fn resource(
     key: &ObjectKey,
