@@ -171,14 +171,21 @@ pub fn parse_set<'a>(
 ) -> DesiredSet {
     let mut files: Vec<(&str, &[u8])> = files.into_iter().collect();
     files.sort_by(|a, b| a.0.cmp(b.0));
-    assemble(parse_many(&files), prior, opts)
+    assemble(parse_many(&files, opts), prior, opts)
 }
 
-/// Parses each file on its own (on all cores when there are many), in the order given: what
-/// [`parse_set`] does before [`assemble`]. A caller that keeps [`FileResult`]s by blob id
-/// parses only the files that changed.
-pub fn parse_many(files: &[(&str, &[u8])]) -> Vec<FileResult> {
-    parse_files(files).into_iter().map(|(_, r)| r).collect()
+/// Parses each file on its own (on all cores when there are many), in the order given, and
+/// gives namespaced objects without a namespace `opts`'s default ([`default_namespace`], on
+/// the same cores): what [`parse_set`] does before [`assemble`]. A caller that keeps
+/// [`FileResult`]s by blob id parses only the files that changed.
+pub fn parse_many(files: &[(&str, &[u8])], opts: &Options) -> Vec<FileResult> {
+    crate::par::map("parse_files", files, 64, |(p, b)| {
+        let mut r = parse_file(p, b);
+        for declared in &mut r.objects {
+            default_namespace(&mut declared.object, opts);
+        }
+        r
+    })
 }
 
 /// Gives a namespaced object without a namespace the default one (`opts.default_namespace`),
@@ -228,16 +235,11 @@ pub fn assemble(
     set
 }
 
-/// Parses files on all cores (the YAML parser is the cost of a large sync), returning the
-/// results in the order given.
-fn parse_files<'a>(files: &[(&'a str, &'a [u8])]) -> Vec<(&'a str, FileResult)> {
-    crate::par::map("parse_files", files, 64, |(p, b)| (*p, parse_file(p, b)))
-}
-
 /// What one file gave.
 #[derive(Clone, Debug, Default)]
 pub struct FileResult {
-    /// Objects, in document order, namespaces not yet defaulted.
+    /// Objects, in document order; namespaces not yet defaulted ([`parse_file`]) or
+    /// defaulted ([`parse_many`]).
     pub objects: Vec<Declared>,
     /// Warnings and errors.
     pub diagnostics: Vec<Diagnostic>,

@@ -1037,12 +1037,7 @@ impl Render {
             .filter(|(p, _)| !cached(&key(p)))
             .map(|(p, b)| (p.as_str(), b.as_slice()))
             .collect();
-        let mut fresh = manifest::parse_many(&misses);
-        for r in &mut fresh {
-            for declared in &mut r.objects {
-                manifest::default_namespace(&mut declared.object, &self.options);
-            }
-        }
+        let fresh = manifest::parse_many(&misses, &self.options);
         let parsed = misses.len();
         let mut next: HashMap<(String, String), Arc<FileResult>> = HashMap::new();
         let mut results = Vec::with_capacity(files.files.len());
