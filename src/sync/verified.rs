@@ -153,16 +153,28 @@ impl Persisted {
 /// A digest of a desired set as declared, and of what else decides what a sync and a health
 /// check make of it (`settings`: the ignore rules and plan options, as the caller writes them):
 /// SHA-256 over driftless's version, `settings`, and each object's JSON in key order, in hex.
-/// Equal digests mean the same declarations byte for byte.
+/// Equal digests mean the same declarations byte for byte. The texts are made on all cores
+/// ([`crate::par::map`]); the digest is the same as made one by one.
 pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
     let mut h = Sha256::new();
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
     h.update([0]);
     h.update(settings.as_bytes());
     h.update([0]);
-    for o in desired.values() {
-        h.update(o.to_json().as_bytes());
-        h.update([0]);
+    // The texts are made on all cores, a batch at a time (bounded memory), and hashed in order.
+    let objects: Vec<&Object> = desired.values().collect();
+    for batch in objects.chunks(4096) {
+        let parts: Vec<&[&Object]> = batch.chunks(256).collect();
+        for text in crate::par::map("desired digest", &parts, 2, |part| {
+            let mut text = String::new();
+            for o in *part {
+                text.push_str(&o.to_json());
+                text.push('\0');
+            }
+            text
+        }) {
+            h.update(text.as_bytes());
+        }
     }
     h.finalize()
         .iter()
@@ -181,6 +193,25 @@ mod tests {
                 (o.key(), o)
             })
             .collect()
+    }
+
+    #[test]
+    fn the_digest_made_on_all_cores_is_the_one_made_one_by_one() {
+        // Across batch and part boundaries (4096, 256), and empty.
+        for n in [0, 1, 255, 257, 4097, 9000] {
+            let desired = set(n);
+            let mut h = Sha256::new();
+            h.update(env!("CARGO_PKG_VERSION").as_bytes());
+            h.update([0]);
+            h.update(b"s");
+            h.update([0]);
+            for o in desired.values() {
+                h.update(o.to_json().as_bytes());
+                h.update([0]);
+            }
+            let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(desired_digest(&desired, "s"), want, "{n} objects");
+        }
     }
 
     #[test]
