@@ -323,6 +323,11 @@ async fn check_compare_and_swap(b: &Backend) {
                 .await,
             Err(Error::Conflict { .. })
         ));
+        assert_eq!(
+            s.get(&key("a")).await.unwrap().unwrap().get("data"),
+            Some(&json!({"k": "1"})),
+            "{name}: a refused create changes nothing"
+        );
     }
     // Delete with a stale resourceVersion.
     assert!(

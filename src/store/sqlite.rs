@@ -20,8 +20,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
 use super::{
-    Committed, Error, Event, Listing, Result, Selector, Store, Stored, Watch, WatchItem, Write,
-    check_distinct, decode, stamp_of, stamp_record,
+    Committed, Error, Event, Listing, Precondition, Result, Selector, Store, Stored, Watch,
+    WatchItem, Write, check_distinct, decode, stamp_of, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 
@@ -255,6 +255,13 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
     let mut seq = 0i64;
     for w in writes {
         let key = w.key();
+        let create = matches!(
+            &w,
+            Write::Put {
+                precondition: Precondition::Absent,
+                ..
+            }
+        ) && !key.is_reserved();
         let (new, body) = match w {
             Write::Delete { precondition, .. } => {
                 // Only the version is read: a record whose value does not parse can still go.
@@ -305,7 +312,8 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 object,
                 precondition,
             } => {
-                let old = read_one(&tx, &key)?;
+                // A create reads nothing first: its insert refuses a row that is there.
+                let old = if create { None } else { read_one(&tx, &key)? };
                 precondition.check(&key, old.as_ref())?;
                 // Written from the object in place: no stamped copy of it is built.
                 let stamp = stamp_of(old.as_ref(), &object, Some(revision));
@@ -313,10 +321,12 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 (Stored::stamped(object, stamp), body)
             }
         };
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .and_then(|mut s| {
+        let insert = if create {
+            "INSERT INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+        } else {
+            "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+        };
+        let inserted = tx.prepare_cached(insert).and_then(|mut s| {
             s.execute(params![
                 key.group(),
                 key.kind(),
@@ -325,8 +335,14 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
                 revision as i64,
                 body
             ])
-        })
-        .map_err(backend("commit"))?;
+        });
+        if let Err(e) = inserted {
+            if create && e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
+                // Created by someone else since the caller looked: the precondition's conflict.
+                Precondition::Absent.check_version(&key, read_rev(&tx, &key, "commit")?)?;
+            }
+            return Err(backend("commit")(e));
+        }
         stored.push(new);
         record_change(&tx, revision, seq, &key, false)?;
         seq += 1;
