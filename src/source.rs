@@ -1251,33 +1251,71 @@ impl GitCache {
         let span = tracing::debug_span!("git_read_contents", files = paths.len());
         tokio::task::spawn_blocking(move || {
             let _span = span.entered();
-            let repo = open_cache(&repo_path)?;
-            let read = (|| {
-                for (path, contents) in &mut files.files {
-                    if !paths.contains(path.as_str()) {
-                        continue;
-                    }
+            // Each blob's inflating and hashing is the cost: the files asked for are read in
+            // as many parts as there are cores, each part through its own handle on the cache
+            // (a git2 repository is not shared between threads).
+            let mut wanted: Vec<(&String, &mut Vec<u8>)> = files
+                .files
+                .iter_mut()
+                .filter(|(p, _)| paths.contains(p.as_str()))
+                .map(|(p, c)| (&*p, c))
+                .collect();
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let chunk = wanted.len().div_ceil(threads).max(64);
+            let ids = &files.blob_ids;
+            let read_part = |part: &mut [(&String, &mut Vec<u8>)]| -> Result<()> {
+                let repo = open_cache(&repo_path)?;
+                for (path, contents) in part {
                     let failed = |source| Error::ReadFailed {
                         what: format!("file {path}"),
                         source,
                     };
-                    let id = files.blob_ids.get(path.as_str()).map_or("", String::as_str);
+                    let id = ids.get(path.as_str()).map_or("", String::as_str);
                     let oid = Oid::from_str(id).map_err(failed)?;
-                    *contents = repo.find_blob(oid).map_err(failed)?.content().to_vec();
+                    **contents = repo.find_blob(oid).map_err(failed)?.content().to_vec();
                 }
-                files.unread = false;
-                Ok(files)
-            })();
+                Ok(())
+            };
+            let read: Result<()> = std::thread::scope(|scope| {
+                let parent = tracing::Span::current();
+                let handles: Vec<_> = wanted
+                    .chunks_mut(chunk)
+                    .enumerate()
+                    .map(|(i, part)| {
+                        let parent = parent.clone();
+                        let read_part = &read_part;
+                        std::thread::Builder::new()
+                            .name("git-read".into())
+                            .spawn_scoped(scope, move || {
+                                let _span =
+                                    tracing::debug_span!(parent: &parent, "git_read_part", part = i)
+                                        .entered();
+                                read_part(part)
+                            })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| {
+                    h.map_err(|e| Error::CacheFailed {
+                        path: repo_path.clone(),
+                        source: git2::Error::from_str(&format!(
+                            "cannot start a reading thread: {e}"
+                        )),
+                    })?
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+                })
+            });
             if let Err(Error::ReadFailed { source, .. }) = &read
                 && matches!(
                     source.class(),
                     git2::ErrorClass::Odb | git2::ErrorClass::Zlib
                 )
             {
-                drop(repo);
                 discard_damaged_cache(&repo_path);
             }
-            read
+            read?;
+            files.unread = false;
+            Ok(files)
         })
         .await
         .map_err(Error::TaskFailed)?

@@ -793,6 +793,39 @@ async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_sa
 }
 
 #[tokio::test]
+async fn many_files_read_in_parts_are_each_their_own() {
+    let repo = GitRepo::new();
+    for i in 0..300 {
+        repo.write(
+            &format!("app/d{}/f{i:03}.yaml", i % 7),
+            configmap(&format!("c{i}"), &[("i", &i.to_string())]),
+        );
+    }
+    let id = Revision(repo.commit("many"));
+    let (_d, cache) = cache();
+    let url = repo.url();
+    cache.fetch(&url, None).await.unwrap();
+    let read = cache
+        .read(&url, &id, "app", Limits::default())
+        .await
+        .unwrap();
+    let listed = cache
+        .read_listed(
+            &url,
+            &id,
+            "app",
+            Limits::default(),
+            driftless::manifest::is_manifest_path,
+        )
+        .await
+        .unwrap();
+    let all = listed.files.iter().map(|(p, _)| p.clone()).collect();
+    let filled = cache.read_contents(&url, listed, all).await.unwrap();
+    assert_eq!(filled.files.len(), 300);
+    assert_eq!(filled.files, read.files);
+}
+
+#[tokio::test]
 async fn a_submodule_under_the_path_is_an_error_naming_it() {
     let repo = GitRepo::new();
     repo.write("app/a.yaml", configmap("a", &[]));
