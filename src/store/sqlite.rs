@@ -245,80 +245,161 @@ fn read_record_meta(
     }
 }
 
+/// A write as the commit loop takes it: a create with its stored text already made (on the
+/// serializing thread, [`commit_blocking`]), or any other write, made in the loop from what
+/// the transaction reads.
+enum Prepared {
+    Create {
+        key: ObjectKey,
+        object: Object,
+        stamp: super::Stamp,
+        body: String,
+    },
+    Other(ObjectKey, Write),
+}
+
+/// Commits at or above this many writes serialize their creates on a second thread while this
+/// one inserts (fewer: a thread would cost more than it saves).
+const SERIALIZE_APART: usize = 256;
+
 fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Result<Committed> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(backend("commit"))?;
     let current = meta(&tx, "revision").map_err(backend("commit"))?;
     let revision = current + 1;
+    // A create's text depends only on the object and the revision (nothing is there to read:
+    // its insert refuses a row that is there), so it is made apart from the inserts.
+    let prepare = move |w: Write| {
+        let key = w.key();
+        match w {
+            Write::Put {
+                object,
+                precondition: Precondition::Absent,
+            } if !key.is_reserved() => {
+                let stamp = stamp_of(None, &object, Some(revision));
+                let body = stamp.text(&object);
+                Prepared::Create {
+                    key,
+                    object,
+                    stamp,
+                    body,
+                }
+            }
+            w => Prepared::Other(key, w),
+        }
+    };
+    let many = writes.len() >= SERIALIZE_APART;
+    std::thread::scope(|scope| {
+        let writes: Box<dyn Iterator<Item = Prepared>> = if many {
+            let (send, receive) = std::sync::mpsc::sync_channel(64);
+            let span = tracing::debug_span!("sqlite_serialize", writes = writes.len());
+            let started = std::thread::Builder::new()
+                .name("sqlite-serialize".into())
+                .spawn_scoped(scope, move || {
+                    let _span = span.entered();
+                    for w in writes {
+                        // The loop stopped (an error): nothing more to make.
+                        if send.send(prepare(w)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            match started {
+                Ok(_) => Box::new(receive.into_iter()),
+                Err(e) => {
+                    return Err(Error::Backend {
+                        op: "commit",
+                        source: Box::new(e),
+                    });
+                }
+            }
+        } else {
+            Box::new(writes.into_iter().map(prepare))
+        };
+        commit_writes(&tx, writes, revision)
+    })
+    .and_then(|(stored, seq)| finish_commit(tx, revision, stored, seq, retain))
+}
+
+/// The commit loop: every write inserted (or deleted) in order, each checked against its
+/// precondition, with its change recorded; (what was stored, how many took effect).
+fn commit_writes(
+    tx: &rusqlite::Transaction<'_>,
+    writes: impl Iterator<Item = Prepared>,
+    revision: u64,
+) -> Result<(Vec<Stored>, i64)> {
     let mut stored = Vec::new();
     let mut seq = 0i64;
     for w in writes {
-        let key = w.key();
-        let create = matches!(
-            &w,
-            Write::Put {
-                precondition: Precondition::Absent,
-                ..
-            }
-        ) && !key.is_reserved();
-        let (new, body) = match w {
-            Write::Delete { precondition, .. } => {
-                // Only the version is read: a record whose value does not parse can still go.
-                let old = read_rev(&tx, &key, "commit")?;
-                precondition.check_version(&key, old)?;
-                if old.is_none() {
-                    continue;
-                }
-                tx.prepare_cached(
-                    "DELETE FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        key.group(),
-                        key.kind(),
-                        key.namespace(),
-                        key.name()
-                    ])
-                })
-                .map_err(backend("commit"))?;
-                record_change(&tx, revision, seq, &key, true)?;
-                seq += 1;
-                continue;
-            }
-            Write::PutRecord {
-                record,
-                precondition,
-            } => {
-                // The stamped head, then the record's own fields as given.
-                let (rev, meta) = read_record_meta(&tx, &key)?;
-                precondition.check_version(&key, rev)?;
-                let head = stamp_record(meta, record.head(), revision);
-                let body = record.text(&head);
-                (Stored::from(head), body)
-            }
-            Write::Put {
+        let (key, create, new, body) = match w {
+            Prepared::Create {
+                key,
                 object,
-                precondition,
-            } if key.is_reserved() => {
-                // A record: its old metadata only, read by SQLite from the text.
-                let (rev, meta) = read_record_meta(&tx, &key)?;
-                precondition.check_version(&key, rev)?;
-                let new = stamp_record(meta, object, revision);
-                let body = new.to_json();
-                (Stored::from(new), body)
-            }
-            Write::Put {
-                object,
-                precondition,
-            } => {
-                // A create reads nothing first: its insert refuses a row that is there.
-                let old = if create { None } else { read_one(&tx, &key)? };
-                precondition.check(&key, old.as_ref())?;
-                // Written from the object in place: no stamped copy of it is built.
-                let stamp = stamp_of(old.as_ref(), &object, Some(revision));
-                let body = stamp.text(&object);
-                (Stored::stamped(object, stamp), body)
+                stamp,
+                body,
+            } => (key, true, Stored::stamped(object, stamp), body),
+            Prepared::Other(key, w) => {
+                let (new, body) = match w {
+                    Write::Delete { precondition, .. } => {
+                        // Only the version is read: a record whose value does not parse can
+                        // still go.
+                        let old = read_rev(tx, &key, "commit")?;
+                        precondition.check_version(&key, old)?;
+                        if old.is_none() {
+                            continue;
+                        }
+                        tx.prepare_cached(
+                            "DELETE FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
+                        )
+                        .and_then(|mut s| {
+                            s.execute(params![
+                                key.group(),
+                                key.kind(),
+                                key.namespace(),
+                                key.name()
+                            ])
+                        })
+                        .map_err(backend("commit"))?;
+                        record_change(tx, revision, seq, &key, true)?;
+                        seq += 1;
+                        continue;
+                    }
+                    Write::PutRecord {
+                        record,
+                        precondition,
+                    } => {
+                        // The stamped head, then the record's own fields as given.
+                        let (rev, meta) = read_record_meta(tx, &key)?;
+                        precondition.check_version(&key, rev)?;
+                        let head = stamp_record(meta, record.head(), revision);
+                        let body = record.text(&head);
+                        (Stored::from(head), body)
+                    }
+                    Write::Put {
+                        object,
+                        precondition,
+                    } if key.is_reserved() => {
+                        // A record: its old metadata only, read by SQLite from the text.
+                        let (rev, meta) = read_record_meta(tx, &key)?;
+                        precondition.check_version(&key, rev)?;
+                        let new = stamp_record(meta, object, revision);
+                        let body = new.to_json();
+                        (Stored::from(new), body)
+                    }
+                    Write::Put {
+                        object,
+                        precondition,
+                    } => {
+                        let old = read_one(tx, &key)?;
+                        precondition.check(&key, old.as_ref())?;
+                        // Written from the object in place: no stamped copy of it is built.
+                        let stamp = stamp_of(old.as_ref(), &object, Some(revision));
+                        let body = stamp.text(&object);
+                        (Stored::stamped(object, stamp), body)
+                    }
+                };
+                (key, false, new, body)
             }
         };
         let insert = if create {
@@ -339,14 +420,26 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
         if let Err(e) = inserted {
             if create && e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
                 // Created by someone else since the caller looked: the precondition's conflict.
-                Precondition::Absent.check_version(&key, read_rev(&tx, &key, "commit")?)?;
+                Precondition::Absent.check_version(&key, read_rev(tx, &key, "commit")?)?;
             }
             return Err(backend("commit")(e));
         }
         stored.push(new);
-        record_change(&tx, revision, seq, &key, false)?;
+        record_change(tx, revision, seq, &key, false)?;
         seq += 1;
     }
+    Ok((stored, seq))
+}
+
+/// The end of a commit: the new revision recorded (none when nothing took effect), the
+/// change log compacted every `retain` revisions, the transaction committed.
+fn finish_commit(
+    tx: rusqlite::Transaction<'_>,
+    revision: u64,
+    stored: Vec<Stored>,
+    seq: i64,
+    retain: u64,
+) -> Result<Committed> {
     if seq == 0 {
         // Nothing took effect (only deletes of absent objects): no new revision.
         return Ok(Committed::default());
@@ -356,7 +449,7 @@ fn commit_blocking(conn: &mut Connection, writes: Vec<Write>, retain: u64) -> Re
         [revision as i64],
     )
     .map_err(backend("commit"))?;
-    if revision % retain.clamp(1, 64) == 0 && revision > retain {
+    if revision.is_multiple_of(retain.clamp(1, 64)) && revision > retain {
         let floor = revision - retain;
         tx.execute("DELETE FROM changes WHERE rev <= ?1", [floor as i64])
             .map_err(backend("compact"))?;
