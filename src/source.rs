@@ -807,6 +807,18 @@ pub struct GitCache {
 /// (a webhook triggers them all, they all start together), so that one fetch serves them.
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// True when `e` says the cache's own files are damaged, so that it is discarded and cloned
+/// again at the next fetch ([`discard_damaged_cache`]): an object that cannot be read or
+/// inflated, or a ref file of the cache that does not parse (libgit2: "corrupted loose
+/// reference file", "corrupted packed references file"). A ref that is simply missing is not.
+fn damages_cache(e: &git2::Error) -> bool {
+    match e.class() {
+        git2::ErrorClass::Odb | git2::ErrorClass::Zlib => true,
+        git2::ErrorClass::Reference => e.message().starts_with("corrupted"),
+        _ => false,
+    }
+}
+
 /// True when `reference` is a commit id, or one with an ancestry suffix (`<id>~3`, `<id>^2`) as
 /// `git rev-parse` takes it: fetched by id, never gathered with other refs.
 fn names_commit(reference: &str) -> bool {
@@ -1020,10 +1032,7 @@ impl GitCache {
                     // The cache's own objects failed it (a truncated pack: the fetch reads
                     // them to tell the remote what it has): it is cloned again next time.
                     if let Err(Error::FetchFailed { source, .. }) = &results
-                        && matches!(
-                            source.class(),
-                            git2::ErrorClass::Odb | git2::ErrorClass::Zlib
-                        )
+                        && damages_cache(source)
                     {
                         discard_damaged_cache(&path);
                     }
@@ -1306,10 +1315,7 @@ impl GitCache {
                 })
             });
             if let Err(Error::ReadFailed { source, .. }) = &read
-                && matches!(
-                    source.class(),
-                    git2::ErrorClass::Odb | git2::ErrorClass::Zlib
-                )
+                && damages_cache(source)
             {
                 discard_damaged_cache(&repo_path);
             }
@@ -1339,10 +1345,7 @@ impl GitCache {
             let repo = open_cache(&repo_path)?;
             let read = read_files(&repo, &revision, &path, limits, wants, list_only);
             if let Err(Error::ReadFailed { source, .. }) = &read
-                && matches!(
-                    source.class(),
-                    git2::ErrorClass::Odb | git2::ErrorClass::Zlib
-                )
+                && damages_cache(source)
             {
                 drop(repo);
                 discard_damaged_cache(&repo_path);

@@ -1367,6 +1367,52 @@ fn a_damaged_repository_cache_is_discarded_and_cloned_again() {
 }
 
 #[test]
+fn a_corrupted_ref_file_in_the_repository_cache_is_repaired_too() {
+    // Found by an attack: a ref file of the cache that does not parse failed every later fetch
+    // (the last good revision stayed in force, but no new commit was ever applied).
+    let env = Env::new();
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let mut corrupted = 0;
+    for repo in std::fs::read_dir(env.dir.path().join("cache/repos")).unwrap() {
+        let heads = repo.unwrap().path().join("refs/driftless/heads");
+        let Ok(refs) = std::fs::read_dir(&heads) else {
+            continue;
+        };
+        for r in refs {
+            std::fs::write(r.unwrap().path(), "garbage\n").unwrap();
+            corrupted += 1;
+        }
+    }
+    assert!(
+        corrupted > 0,
+        "the cache keeps the fetched branch as a loose ref"
+    );
+    env.repo.write("app/a.yaml", configmap("a", &[("k", "2")]));
+    env.repo.commit("a change");
+    // The first sync may fail on it (nothing applied) and removes the cache; the next one
+    // clones again and applies.
+    let first = env.run(&["sync"]);
+    if first.status.code() != Some(0) {
+        assert!(
+            stdout(&first).contains("corrupted") || stderr(&first).contains("corrupted"),
+            "{}{}",
+            stdout(&first),
+            stderr(&first)
+        );
+        assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+        let second = env.run(&["sync"]);
+        assert_eq!(
+            second.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&second),
+            stderr(&second)
+        );
+    }
+    assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "2");
+}
+
+#[test]
 fn command_line_durations_are_bounded_like_the_configs() {
     let env = Env::new();
     let out = env.run(&["wait", "--timeout", "99999999999y"]);
