@@ -422,25 +422,43 @@ impl Ownership {
         ObjectKey::new(RESERVED_GROUP, OWNERSHIP_KIND, "", OWNERSHIP_NAME)
     }
 
-    /// The record to store.
-    pub fn to_record(&self) -> Object {
-        let owners: Vec<Value> = self
-            .owners
-            .iter()
-            .map(|(k, app)| {
-                Value::Array(
-                    [k.group(), k.kind(), k.namespace(), k.name(), app]
-                        .into_iter()
-                        .map(|s| Value::String(s.to_string()))
-                        .collect(),
+    /// The record to store, as text made from the index in place (what a sync writes,
+    /// [`Write::PutRecord`]): `spec.owners`, `[group, kind, namespace, name, app]` each, in key
+    /// order. No JSON tree of it is built: at 100,000 objects that tree alone was 36 MB.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Inventory`] (app `*`) when serializing fails (lists of strings do not).
+    pub fn to_record_text(&self) -> Result<RecordText> {
+        #[derive(serde::Serialize)]
+        struct Spec<'a> {
+            owners: Owners<'a>,
+        }
+        struct Owners<'a>(&'a BTreeMap<ObjectKey, String>);
+        impl serde::Serialize for Owners<'_> {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_seq(
+                    self.0.iter().map(|(k, app)| {
+                        [k.group(), k.kind(), k.namespace(), k.name(), app.as_str()]
+                    }),
                 )
-            })
-            .collect();
-        let mut spec = Map::new();
-        spec.insert("owners".into(), Value::Array(owners));
-        let mut body = Map::new();
-        body.insert("spec".into(), Value::Object(spec));
-        Object::reserved(OWNERSHIP_KIND, OWNERSHIP_NAME, body)
+            }
+        }
+        RecordText::new(
+            OWNERSHIP_KIND,
+            OWNERSHIP_NAME,
+            "spec",
+            &Spec {
+                owners: Owners(&self.owners),
+            },
+        )
+        .map_err(|e| Error::Inventory {
+            app: "*".into(),
+            source: Box::new(e),
+        })
     }
 
     /// Reads the record back.
@@ -1195,8 +1213,8 @@ async fn attempt_sync(
                 }
             }
             if index != before || index.resource_version.is_none() {
-                writes.push(Write::Put {
-                    object: index.to_record(),
+                writes.push(Write::PutRecord {
+                    record: index.to_record_text()?,
                     precondition: match index.resource_version {
                         Some(rv) => Precondition::ResourceVersion(rv),
                         None => Precondition::Absent,
@@ -1392,10 +1410,10 @@ async fn record_intent(
     // The index this sync planned with must still be the stored one: its write in `writes`
     // (the final claims and releases) would otherwise overwrite another app's claim.
     let planned = writes.iter().find_map(|w| match w {
-        Write::Put {
-            object,
+        Write::PutRecord {
+            record,
             precondition,
-        } if object.key() == Ownership::record_key() => Some(*precondition),
+        } if record.key() == Ownership::record_key() => Some(*precondition),
         _ => None,
     });
     if let Some(planned) = planned {
@@ -1419,8 +1437,8 @@ async fn record_intent(
         precondition: version(inventory.resource_version),
     }];
     if index != before || index.resource_version.is_none() {
-        intent_writes.push(Write::Put {
-            object: index.to_record(),
+        intent_writes.push(Write::PutRecord {
+            record: index.to_record_text()?,
             precondition: version(index.resource_version),
         });
     }
@@ -1455,6 +1473,34 @@ mod tests {
 
     fn set(objs: &[Object]) -> BTreeMap<ObjectKey, Object> {
         objs.iter().map(|o| (o.key(), o.clone())).collect()
+    }
+
+    #[test]
+    fn the_ownership_record_reads_back_as_the_index_it_was_made_from() {
+        let mut owners = BTreeMap::new();
+        for (key, app) in [
+            (ObjectKey::new("", "ConfigMap", "default", "a"), "one"),
+            (ObjectKey::new("apps", "Deployment", "web", "b\"q"), "two"),
+            (ObjectKey::new("", "Namespace", "", "web"), "one"),
+        ] {
+            owners.insert(key, app.to_string());
+        }
+        let index = Ownership {
+            owners,
+            resource_version: None,
+        };
+        let record = index.to_record_text().unwrap();
+        assert_eq!(record.key(), Ownership::record_key());
+        let object = record.to_object().unwrap();
+        assert_eq!(
+            object.get("spec"),
+            Some(&json!({"owners": [
+                ["", "ConfigMap", "default", "a", "one"],
+                ["", "Namespace", "", "web", "one"],
+                ["apps", "Deployment", "web", "b\"q", "two"],
+            ]}))
+        );
+        assert_eq!(Ownership::from_record(&object).unwrap(), index);
     }
 
     fn req<'a>(

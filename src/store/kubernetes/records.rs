@@ -375,7 +375,7 @@ impl KubeStore {
         let head = record.head();
         let text = {
             let head = head.clone();
-            tokio::task::spawn_blocking(move || record.text(&head))
+            tokio::task::spawn_blocking(move || record.into_text(&head))
                 .await
                 .map_err(|e| backend("commit", e))?
         };
