@@ -1498,8 +1498,10 @@ impl App {
             let live = live.as_deref();
             let health = super::assess_health(live, &self.health_rules, &status_kinds);
             let version = version_of(&step.key, live);
+            // Shared from here on: the status keeps this one (no second copy of 100,000
+            // of them next to the list they were judged into).
             let r = resource(&step.key, version, *sync_status, health, message.clone());
-            (step.key.clone(), r)
+            (step.key.clone(), Arc::new(r))
         };
         let judged = if self.health_rules.has_lua() {
             judged.iter().map(judge).collect()
@@ -1514,13 +1516,13 @@ impl App {
             let live = conflict_live.get(key);
             self.set_resource(
                 key.clone(),
-                resource(
+                Arc::new(resource(
                     key,
                     version_of(key, live),
                     SyncStatus::OutOfSync,
                     super::assess_health(live, &self.health_rules, &status_kinds),
                     Some(why.clone()),
-                ),
+                )),
             );
         }
         match scope {
@@ -1570,9 +1572,9 @@ impl App {
             .collect()
     }
 
-    fn set_resource(&mut self, key: ObjectKey, r: ResourceStatus) {
-        if self.resources.get(&key).map(|e| &**e) != Some(&r) {
-            self.resources.insert(key, Arc::new(r));
+    fn set_resource(&mut self, key: ObjectKey, r: Arc<ResourceStatus>) {
+        if self.resources.get(&key) != Some(&r) {
+            self.resources.insert(key, r);
             self.resources_dirty = true;
         }
     }
