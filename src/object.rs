@@ -657,6 +657,19 @@ impl Object {
         serde_json::to_string(self.map()).unwrap_or_default()
     }
 
+    /// Appends [`Self::to_json`] to `out` without making a string of its own.
+    ///
+    /// # Errors
+    ///
+    /// A `serde_json` error when writing fails (a map of JSON values into a vector does not).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        if let Repr::Stored(t) = &self.0 {
+            out.extend_from_slice(t.text.as_bytes());
+            return Ok(());
+        }
+        serde_json::to_writer(out, self.map())
+    }
+
     /// Bytes of [`Self::to_json`], counted without building the text.
     pub fn json_len(&self) -> usize {
         struct Count(usize);

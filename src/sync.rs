@@ -130,34 +130,36 @@ impl Inventory {
     /// [`Error::Inventory`] when serializing fails (maps of JSON values do not).
     pub fn to_record_text(&self) -> Result<RecordText> {
         #[derive(serde::Serialize)]
-        struct Spec<'a> {
+        struct Head<'a> {
             revision: Option<&'a str>,
             source: Option<&'a str>,
-            entries: Entries<'a>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            retained: Option<Vec<[&'a str; 4]>>,
         }
-        struct Entries<'a>(&'a BTreeMap<ObjectKey, Object>);
-        impl serde::Serialize for Entries<'_> {
-            fn serialize<S: serde::Serializer>(
-                &self,
-                s: S,
-            ) -> std::result::Result<S::Ok, S::Error> {
-                s.collect_seq(self.0.values())
-            }
-        }
-        let spec = Spec {
+        let head = Head {
             revision: self.revision.as_ref().map(|r| r.0.as_str()),
             source: self.source.as_deref(),
-            entries: Entries(&self.entries),
-            retained: (!self.retained.is_empty()).then(|| {
-                self.retained
-                    .iter()
-                    .map(|k| [k.group(), k.kind(), k.namespace(), k.name()])
-                    .collect()
-            }),
         };
-        RecordText::new(INVENTORY_KIND, &self.app, "spec", &spec).map_err(|e| Error::Inventory {
+        let retained: Option<Vec<[&str; 4]>> = (!self.retained.is_empty()).then(|| {
+            self.retained
+                .iter()
+                .map(|k| [k.group(), k.kind(), k.namespace(), k.name()])
+                .collect()
+        });
+        // `{"revision":…,"source":…,"entries":[…],"retained":[…]}`, the entries made on all
+        // cores ([`write_entries`]) between the parts serde writes.
+        RecordText::with_json(INVENTORY_KIND, &self.app, "spec", |out| {
+            serde_json::to_writer(&mut *out, &head)?;
+            out.pop(); // the head's closing brace: the spec goes on
+            out.extend_from_slice(b",\"entries\":[");
+            write_entries(&self.entries, out)?;
+            out.push(b']');
+            if let Some(retained) = &retained {
+                out.extend_from_slice(b",\"retained\":");
+                serde_json::to_writer(&mut *out, retained)?;
+            }
+            out.push(b'}');
+            Ok(())
+        })
+        .map_err(|e| Error::Inventory {
             app: self.app.clone(),
             source: Box::new(e),
         })
@@ -397,6 +399,43 @@ fn same_as_desired(text: &str, desired: &BTreeMap<ObjectKey, Object>) -> Option<
     let mut rest = Compare(text.as_bytes());
     (serde_json::to_writer(&mut rest, object.as_map()).is_ok() && rest.0.is_empty())
         .then(|| object.clone())
+}
+
+/// Appends the JSON of each entry, in key order, separated by commas (an array's items
+/// without its brackets): made on all cores ([`crate::par::map`]) a batch of 4,096 at a time
+/// (bounded memory beside the record), in parts of 256, appended in order. The inventory's
+/// entries were a tenth of a cold sync's single-core time when serialized one by one.
+///
+/// # Errors
+///
+/// A `serde_json` error when an entry does not serialize (maps of JSON values do).
+fn write_entries(
+    entries: &BTreeMap<ObjectKey, Object>,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), serde_json::Error> {
+    let objects: Vec<&Object> = entries.values().collect();
+    let mut first = true;
+    for batch in objects.chunks(4096) {
+        let parts: Vec<&[&Object]> = batch.chunks(256).collect();
+        let texts = crate::par::map("inventory text", &parts, 2, |part| {
+            let mut text = Vec::new();
+            for (i, object) in part.iter().enumerate() {
+                if i > 0 {
+                    text.push(b',');
+                }
+                object.write_json(&mut text)?;
+            }
+            Ok::<_, serde_json::Error>(text)
+        });
+        for text in texts {
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(&text?);
+            first = false;
+        }
+    }
+    Ok(())
 }
 
 /// Kind of the ownership index record (one record, named [`OWNERSHIP_NAME`]).
@@ -1473,6 +1512,69 @@ mod tests {
 
     fn set(objs: &[Object]) -> BTreeMap<ObjectKey, Object> {
         objs.iter().map(|o| (o.key(), o.clone())).collect()
+    }
+
+    #[test]
+    fn the_inventory_text_made_on_all_cores_is_the_one_serde_makes() {
+        // The record as serde's derive wrote it before the entries were made in parts.
+        fn reference(inv: &Inventory) -> String {
+            #[derive(serde::Serialize)]
+            struct Spec<'a> {
+                revision: Option<&'a str>,
+                source: Option<&'a str>,
+                entries: Vec<&'a Object>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                retained: Option<Vec<[&'a str; 4]>>,
+            }
+            let spec = Spec {
+                revision: inv.revision.as_ref().map(|r| r.0.as_str()),
+                source: inv.source.as_deref(),
+                entries: inv.entries.values().collect(),
+                retained: (!inv.retained.is_empty()).then(|| {
+                    inv.retained
+                        .iter()
+                        .map(|k| [k.group(), k.kind(), k.namespace(), k.name()])
+                        .collect()
+                }),
+            };
+            let record = RecordText::new(INVENTORY_KIND, &inv.app, "spec", &spec).unwrap();
+            record.text(&record.head())
+        }
+        // Across part and batch boundaries (256, 4,096), with and without retained entries, a
+        // revision, a source that needs escaping, and entries read back as stored text.
+        for n in [0, 1, 255, 256, 257, 4097] {
+            let mut entries: BTreeMap<ObjectKey, Object> = (0..n)
+                .map(|i| {
+                    let o = cm(&format!("c{i:05}"), &format!("v\"{i}\u{e9}"));
+                    (o.key(), o)
+                })
+                .collect();
+            if let Some((_, first)) = entries.iter_mut().next() {
+                *first = Object::from_stored_text(&first.to_json()).unwrap();
+            }
+            for (retained, revision, source) in [
+                (BTreeSet::new(), None, None),
+                (
+                    [ObjectKey::new("", "ConfigMap", "default", "gone")].into(),
+                    Some(Revision("r1".into())),
+                    Some("repo=\"x\" path=a\\b".to_string()),
+                ),
+            ] {
+                let inv = Inventory {
+                    app: "app".into(),
+                    revision,
+                    source,
+                    entries: entries.clone(),
+                    retained,
+                    resource_version: None,
+                };
+                let record = inv.to_record_text().unwrap();
+                assert_eq!(record.text(&record.head()), reference(&inv), "{n} entries");
+                let back = Inventory::from_record("app", record.to_object().unwrap()).unwrap();
+                assert_eq!(back.entries, inv.entries, "{n} entries");
+                assert_eq!(back.retained, inv.retained);
+            }
+        }
     }
 
     #[test]

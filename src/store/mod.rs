@@ -280,6 +280,22 @@ impl RecordText {
         field: &str,
         value: &impl serde::Serialize,
     ) -> std::result::Result<Self, serde_json::Error> {
+        Self::with_json(kind, name, field, |out| serde_json::to_writer(out, value))
+    }
+
+    /// [`Self::new`] with the value's JSON written by `write` (appended to the buffer it is
+    /// given), for a value made in parts (an inventory's entries, on all cores). `write` must
+    /// append exactly one JSON value: the store writes the text as it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::new`]; `write`'s error; text that is not UTF-8.
+    pub fn with_json(
+        kind: &str,
+        name: &str,
+        field: &str,
+        write: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
+    ) -> std::result::Result<Self, serde_json::Error> {
         if matches!(field, "apiVersion" | "kind" | "metadata") {
             return Err(<serde_json::Error as serde::ser::Error>::custom(format!(
                 "a record's own field cannot be `{field}`: the store's head holds it"
@@ -291,7 +307,7 @@ impl RecordText {
         let mut members = Vec::with_capacity(HEAD_ROOM + 4096);
         serde_json::to_writer(&mut members, field)?;
         members.push(b':');
-        serde_json::to_writer(&mut members, value)?;
+        write(&mut members)?;
         let mut members =
             String::from_utf8(members).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         members.reserve(HEAD_ROOM);
