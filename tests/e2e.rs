@@ -2150,6 +2150,54 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
     assert!(stdout(&out).contains("2 unchanged"), "{}", stdout(&out));
 }
 
+/// The running agent records what its passes found as declared when it stops (as a one-shot
+/// sync does after each pass), so a restarted agent takes the set up from the inventory instead
+/// of parsing the revision and reading every object again; what moved while no agent ran is
+/// still found and reverted.
+#[test]
+fn a_restarted_agent_takes_up_what_the_stopped_one_applied() {
+    let env = Env::new();
+    let agent = env.agent();
+    env.wait("first sync", Duration::from_secs(30), || {
+        env.get("configmap", "a").is_some()
+    });
+    // A drift reverted by the first agent: the record names the version after the revert.
+    env.put(&configmap("a", &[("k", "changed by hand")]));
+    env.wait("revert", Duration::from_secs(10), || {
+        env.get("configmap", "a")
+            .is_some_and(|a| a["data"]["k"] == "1")
+    });
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("Manifests parsed"), "{log}");
+    assert!(!log.contains("taken up from the inventory"), "{log}");
+    // Restarted: taken up, not parsed.
+    let agent = env.agent();
+    env.wait(
+        "the second agent's first pass",
+        Duration::from_secs(30),
+        || {
+            env.log()
+                .contains("Verified record of the last process taken up")
+        },
+    );
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("taken up from the inventory"), "{log}");
+    assert!(!log.contains("Manifests parsed"), "{log}");
+    // Drift while no agent runs: the third agent takes the set up and still reverts it.
+    env.put(&configmap("b", &[("k", "changed while stopped")]));
+    let agent = env.agent();
+    env.wait("revert after a restart", Duration::from_secs(30), || {
+        env.get("configmap", "b")
+            .is_some_and(|b| b["data"]["k"] == "1")
+    });
+    let (code, log) = agent.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("taken up from the inventory"), "{log}");
+    assert!(!log.contains("Manifests parsed"), "{log}");
+}
+
 /// An object as deep as the parser takes is applied, read back by `store get` and by the next
 /// process's inventory, and recreated after an out-of-band delete; one level deeper is refused
 /// with its file, not applied (its JSON would be past serde_json's recursion limit, unreadable).

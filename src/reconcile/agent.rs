@@ -576,6 +576,7 @@ impl AppLoop {
                     tracing::warn!("This replica no longer holds the app; standing by");
                     // What was pending is tried once (the holder writes from now on).
                     self.app.finish().await;
+                    holding = false;
                 }
                 self.latest.stand_by(self.app.name());
                 published = None;
@@ -651,7 +652,12 @@ impl AppLoop {
                 published = Some(self.app.status_changes());
             }
         }
-        self.app.finish().await;
+        // Only a replica that holds the app writes for it.
+        if holding {
+            self.app.stop().await;
+        } else {
+            self.app.finish().await;
+        }
         tracing::info!("Stopped");
     }
 

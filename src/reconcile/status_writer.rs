@@ -46,8 +46,11 @@ pub struct StatusWriter {
     tx: watch::Sender<Option<Arc<AppStatus>>>,
     /// Ends the spacing wait early: a status whose summary changed is waiting.
     urgent: Arc<Urgent>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Option<Written>>,
 }
+
+/// The last status the task wrote and the record's resourceVersion after that write.
+pub type Written = (Arc<AppStatus>, u64);
 
 impl StatusWriter {
     /// Starts the writing task for one app's records in `store`, in a `status_writer` span
@@ -76,10 +79,11 @@ impl StatusWriter {
         }
     }
 
-    /// Writes what is pending (one try), then ends the task.
-    pub async fn finish(self) {
+    /// Writes what is pending (one try), then ends the task; gives the last status written
+    /// and its resourceVersion (`None` when none was, or the task failed).
+    pub async fn finish(self) -> Option<Written> {
         drop(self.tx);
-        let _ = self.task.await;
+        self.task.await.ok().flatten()
     }
 }
 
@@ -101,8 +105,9 @@ async fn run(
     mut rx: watch::Receiver<Option<Arc<AppStatus>>>,
     urgent: Arc<Urgent>,
     spacing: Duration,
-) {
+) -> Option<Written> {
     let mut retry = RETRY_MIN;
+    let mut written = None;
     // A value not yet seen is returned even after the sender is gone: what is pending at the
     // end is written once.
     while rx.changed().await.is_ok() {
@@ -113,8 +118,9 @@ async fn run(
         };
         let ending = rx.has_changed().is_err();
         match status::write(store.as_ref(), &status).await {
-            Ok(_) => {
+            Ok(rv) => {
                 retry = RETRY_MIN;
+                written = Some((status.clone(), rv));
                 if !ending {
                     let wait = async {
                         while !urgent.waiting.load(Ordering::SeqCst) {
@@ -139,6 +145,7 @@ async fn run(
             }
         }
     }
+    written
 }
 
 #[cfg(test)]
@@ -232,8 +239,18 @@ mod tests {
         w.send(status("app", "r4"), true);
         until(&store, "r4").await;
         // Given and finished at once: written before finish returns.
-        w.send(status("app", "r5"), false);
-        w.finish().await;
+        let last = status("app", "r5");
+        w.send(last.clone(), false);
+        let (status, rv) = w.finish().await.expect("r5 written");
         assert_eq!(written(&store).await.as_deref(), Some("r5"));
+        // What finish gives is that status and the version of the record holding it.
+        assert!(Arc::ptr_eq(&status, &last));
+        assert_eq!(
+            store
+                .version_of(&AppStatus::record_key("app"))
+                .await
+                .unwrap(),
+            Some(rv)
+        );
     }
 }
