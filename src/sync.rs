@@ -402,8 +402,8 @@ fn same_as_desired(text: &str, desired: &BTreeMap<ObjectKey, Object>) -> Option<
 }
 
 /// Appends the JSON of each entry, in key order, separated by commas (an array's items
-/// without its brackets): made on all cores ([`crate::par::map`]) a batch of 4,096 at a time
-/// (bounded memory beside the record), in parts of 256, appended in order. The inventory's
+/// without its brackets): made on all cores ([`crate::par::map_batched`]) a batch of 4,096 at
+/// a time (bounded memory beside the record), in parts of 256, appended in order. The inventory's
 /// entries were a tenth of a cold sync's single-core time when serialized one by one.
 ///
 /// # Errors
@@ -415,9 +415,13 @@ fn write_entries(
 ) -> std::result::Result<(), serde_json::Error> {
     let objects: Vec<&Object> = entries.values().collect();
     let mut first = true;
-    for batch in objects.chunks(4096) {
-        let parts: Vec<&[&Object]> = batch.chunks(256).collect();
-        let texts = crate::par::map("inventory text", &parts, 2, |part| {
+    let mut failed = None;
+    crate::par::map_batched(
+        "inventory text",
+        &objects,
+        4096,
+        256,
+        |part| {
             let mut text = Vec::new();
             for (i, object) in part.iter().enumerate() {
                 if i > 0 {
@@ -426,16 +430,20 @@ fn write_entries(
                 object.write_json(&mut text)?;
             }
             Ok::<_, serde_json::Error>(text)
-        });
-        for text in texts {
-            if !first {
-                out.push(b',');
+        },
+        |text| match text {
+            Ok(text) if failed.is_none() => {
+                if !first {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&text);
+                first = false;
             }
-            out.extend_from_slice(&text?);
-            first = false;
-        }
-    }
-    Ok(())
+            Ok(_) => {}
+            Err(e) => failed = failed.take().or(Some(e)),
+        },
+    );
+    failed.map_or(Ok(()), Err)
 }
 
 /// Kind of the ownership index record (one record, named [`OWNERSHIP_NAME`]).

@@ -486,21 +486,24 @@ fn insert_in_place(
     if rc != ffi::SQLITE_OK {
         return Err(failure(db, rc));
     }
-    let texts = [key.group(), key.kind(), key.namespace(), key.name()];
+    let bind_text = |index: c_int, text: &str| {
+        // SAFETY: `stmt` is prepared; the text is borrowed for this whole call, so it outlives
+        // the statement (finalized below), and is UTF-8.
+        unsafe {
+            ffi::sqlite3_bind_text64(
+                stmt,
+                index,
+                text.as_ptr().cast::<c_char>(),
+                text.len() as ffi::sqlite3_uint64,
+                ffi::SQLITE_STATIC(),
+                ffi::SQLITE_UTF8 as u8,
+            )
+        }
+    };
     let step = || {
-        for (i, text) in texts.iter().enumerate() {
-            // SAFETY: `stmt` is prepared; the text outlives the statement (finalized below)
-            // and is UTF-8.
-            let rc = unsafe {
-                ffi::sqlite3_bind_text64(
-                    stmt,
-                    i as c_int + 1,
-                    text.as_ptr().cast::<c_char>(),
-                    text.len() as ffi::sqlite3_uint64,
-                    ffi::SQLITE_STATIC(),
-                    ffi::SQLITE_UTF8 as u8,
-                )
-            };
+        let texts = [key.group(), key.kind(), key.namespace(), key.name()];
+        for (i, text) in texts.into_iter().enumerate() {
+            let rc = bind_text(i as c_int + 1, text);
             if rc != ffi::SQLITE_OK {
                 return rc;
             }
@@ -510,17 +513,7 @@ fn insert_in_place(
         if rc != ffi::SQLITE_OK {
             return rc;
         }
-        // SAFETY: as above; `body` is borrowed for this whole call.
-        let rc = unsafe {
-            ffi::sqlite3_bind_text64(
-                stmt,
-                6,
-                body.as_ptr().cast::<c_char>(),
-                body.len() as ffi::sqlite3_uint64,
-                ffi::SQLITE_STATIC(),
-                ffi::SQLITE_UTF8 as u8,
-            )
-        };
+        let rc = bind_text(6, body);
         if rc != ffi::SQLITE_OK {
             return rc;
         }

@@ -154,7 +154,7 @@ impl Persisted {
 /// check make of it (`settings`: the ignore rules and plan options, as the caller writes them):
 /// SHA-256 over driftless's version, `settings`, and each object's JSON in key order, in hex.
 /// Equal digests mean the same declarations byte for byte. The texts are made on all cores
-/// ([`crate::par::map`]); the digest is the same as made one by one.
+/// ([`crate::par::map_batched`]); the digest is the same as made one by one.
 pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
     let mut h = Sha256::new();
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
@@ -163,19 +163,21 @@ pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> 
     h.update([0]);
     // The texts are made on all cores, a batch at a time (bounded memory), and hashed in order.
     let objects: Vec<&Object> = desired.values().collect();
-    for batch in objects.chunks(4096) {
-        let parts: Vec<&[&Object]> = batch.chunks(256).collect();
-        for text in crate::par::map("desired digest", &parts, 2, |part| {
+    crate::par::map_batched(
+        "desired digest",
+        &objects,
+        4096,
+        256,
+        |part| {
             let mut text = String::new();
-            for o in *part {
+            for o in part {
                 text.push_str(&o.to_json());
                 text.push('\0');
             }
             text
-        }) {
-            h.update(text.as_bytes());
-        }
-    }
+        },
+        |text| h.update(text.as_bytes()),
+    );
     h.finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
