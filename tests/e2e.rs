@@ -2157,6 +2157,17 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
 #[test]
 fn a_restarted_agent_takes_up_what_the_stopped_one_applied() {
     let env = Env::new();
+    // Stops an agent, and checks whether its first pass parsed the revision and whether it
+    // took the set up, showing the log when not as `want`.
+    let stop = |agent: common::Agent, want: (bool, bool), what: &str| {
+        let (code, log) = agent.stop();
+        assert_eq!(code, Some(0), "{log}");
+        let found = (
+            log.contains("Manifests parsed"),
+            log.contains("taken up from the inventory"),
+        );
+        assert_eq!(found, want, "{what}: {log}");
+    };
     let agent = env.agent();
     env.wait("first sync", Duration::from_secs(30), || {
         env.get("configmap", "a").is_some()
@@ -2167,10 +2178,7 @@ fn a_restarted_agent_takes_up_what_the_stopped_one_applied() {
         env.get("configmap", "a")
             .is_some_and(|a| a["data"]["k"] == "1")
     });
-    let (code, log) = agent.stop();
-    assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("Manifests parsed"), "{log}");
-    assert!(!log.contains("taken up from the inventory"), "{log}");
+    stop(agent, (true, false), "the first agent parses");
     // Restarted: taken up, not parsed.
     let agent = env.agent();
     env.wait(
@@ -2181,10 +2189,7 @@ fn a_restarted_agent_takes_up_what_the_stopped_one_applied() {
                 .contains("Verified record of the last process taken up")
         },
     );
-    let (code, log) = agent.stop();
-    assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("taken up from the inventory"), "{log}");
-    assert!(!log.contains("Manifests parsed"), "{log}");
+    stop(agent, (false, true), "restarted: taken up");
     // Drift while no agent runs: the third agent takes the set up and still reverts it.
     env.put(&configmap("b", &[("k", "changed while stopped")]));
     let agent = env.agent();
@@ -2192,10 +2197,7 @@ fn a_restarted_agent_takes_up_what_the_stopped_one_applied() {
         env.get("configmap", "b")
             .is_some_and(|b| b["data"]["k"] == "1")
     });
-    let (code, log) = agent.stop();
-    assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("taken up from the inventory"), "{log}");
-    assert!(!log.contains("Manifests parsed"), "{log}");
+    stop(agent, (false, true), "restarted after drift: taken up");
 }
 
 /// An object as deep as the parser takes is applied, read back by `store get` and by the next

@@ -6,6 +6,26 @@ use common::{GitRepo, configmap};
 use driftless::object::Revision;
 use driftless::source::{Error, GitCache, Limits};
 
+/// The folder `app` at `id`, read in full and listed (manifest paths), with default limits.
+async fn read_and_list(
+    cache: &GitCache,
+    url: &str,
+    id: &Revision,
+) -> (driftless::source::Files, driftless::source::Files) {
+    let read = cache.read(url, id, "app", Limits::default()).await.unwrap();
+    let listed = cache
+        .read_listed(
+            url,
+            id,
+            "app",
+            Limits::default(),
+            driftless::manifest::is_manifest_path,
+        )
+        .await
+        .unwrap();
+    (read, listed)
+}
+
 fn cache() -> (tempfile::TempDir, GitCache) {
     let dir = tempfile::tempdir().unwrap();
     let cache = GitCache::new(dir.path());
@@ -699,20 +719,7 @@ async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_sa
     let (_d, cache) = cache();
     cache.fetch(&repo.url(), None).await.unwrap();
     let url = repo.url();
-    let read = cache
-        .read(&url, &id, "app", Limits::default())
-        .await
-        .unwrap();
-    let listed = cache
-        .read_listed(
-            &url,
-            &id,
-            "app",
-            Limits::default(),
-            driftless::manifest::is_manifest_path,
-        )
-        .await
-        .unwrap();
+    let (read, listed) = read_and_list(&cache, &url, &id).await;
     assert!(!read.unread && listed.unread);
     // The same files, ids and findings; no contents yet.
     let paths =
@@ -805,20 +812,7 @@ async fn many_files_read_in_parts_are_each_their_own() {
     let (_d, cache) = cache();
     let url = repo.url();
     cache.fetch(&url, None).await.unwrap();
-    let read = cache
-        .read(&url, &id, "app", Limits::default())
-        .await
-        .unwrap();
-    let listed = cache
-        .read_listed(
-            &url,
-            &id,
-            "app",
-            Limits::default(),
-            driftless::manifest::is_manifest_path,
-        )
-        .await
-        .unwrap();
+    let (read, listed) = read_and_list(&cache, &url, &id).await;
     let all = listed.files.iter().map(|(p, _)| p.clone()).collect();
     let filled = cache.read_contents(&url, listed, all).await.unwrap();
     assert_eq!(filled.files.len(), 300);
