@@ -357,7 +357,7 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
             "skipped: the file holds no documents (it is empty or only comments)",
         );
     }
-    for doc in &docs {
+    for doc in docs {
         ctx.document(doc, false);
     }
     // Only a file this large can hold an object this large (alias expansion is budgeted).
@@ -487,36 +487,68 @@ enum Step {
     Each,
 }
 
-/// The nodes at `path` under `node`, each with its field path as written in messages
-/// (`spec.containers[0].args[1]`, `data.version`).
-fn walk_steps<'n>(node: &'n Node, path: &[Step], at: String, out: &mut Vec<(String, &'n Node)>) {
-    let Some((step, rest)) = path.split_first() else {
-        out.push((at, node));
-        return;
-    };
-    let join = |at: &str, k: &str| {
-        if at.is_empty() {
-            k.to_string()
-        } else {
-            format!("{at}.{k}")
+/// One part of a field path as walked: a key or a list index.
+#[derive(Clone, Copy)]
+enum Part<'n> {
+    Key(&'n str),
+    Index(usize),
+}
+
+/// A walked field path as written in messages (`spec.containers[0].args[1]`, `data.version`).
+fn field_path(parts: &[Part<'_>]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for part in parts {
+        match part {
+            Part::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Part::Index(i) => {
+                let _ = write!(out, "[{i}]");
+            }
         }
+    }
+    out
+}
+
+/// Calls `found` with each node at `path` under `node` and the parts of its field path
+/// (`at` holds the parts walked so far; [`field_path`] writes them, only when a message
+/// needs them: most nodes walked are fine, and their paths are never written).
+fn walk_steps<'n>(
+    node: &'n Node,
+    path: &[Step],
+    at: &mut Vec<Part<'n>>,
+    found: &mut impl FnMut(&[Part<'n>], &'n Node),
+) {
+    let Some((step, rest)) = path.split_first() else {
+        found(at, node);
+        return;
     };
     match (step, &node.value) {
         (Step::Key(k), NodeKind::Map(entries)) => {
             if let Some((_, v)) = map_get(entries, k) {
-                walk_steps(v, rest, join(&at, k), out);
+                at.push(Part::Key(k));
+                walk_steps(v, rest, at, found);
+                at.pop();
             }
         }
         (Step::Values, NodeKind::Map(entries)) => {
             for (k, v) in entries {
                 if let NodeKind::Str(k) = &k.value {
-                    walk_steps(v, rest, join(&at, k), out);
+                    at.push(Part::Key(k));
+                    walk_steps(v, rest, at, found);
+                    at.pop();
                 }
             }
         }
         (Step::Each, NodeKind::Seq(items)) => {
             for (i, v) in items.iter().enumerate() {
-                walk_steps(v, rest, format!("{at}[{i}]"), out);
+                at.push(Part::Index(i));
+                walk_steps(v, rest, at, found);
+                at.pop();
             }
         }
         _ => {}
@@ -588,8 +620,8 @@ impl Ctx<'_> {
     }
 
     /// One document (or one item of a `List`): an object, a skip, or errors.
-    fn document(&mut self, doc: &Node, in_list: bool) {
-        let at = pos(doc);
+    fn document(&mut self, doc: Node, in_list: bool) {
+        let at = pos(&doc);
         let NodeKind::Map(entries) = &doc.value else {
             if in_list {
                 self.error(
@@ -685,17 +717,23 @@ impl Ctx<'_> {
         // A List holds objects in `items` (kubectl's `v1/List` and `*List` kinds).
         if kind_s.ends_with("List")
             && !in_list
-            && let Some((_, items)) = map_get(entries, "items")
+            && let Some(i) = entries
+                .iter()
+                .position(|(k, _)| matches!(&k.value, NodeKind::Str(s) if s == "items"))
         {
-            match &items.value {
+            let NodeKind::Map(mut entries) = doc.value else {
+                unreachable!("a mapping, checked above")
+            };
+            let items = entries.swap_remove(i).1;
+            match items.value {
                 NodeKind::Seq(list) => {
                     for item in list {
                         self.document(item, true);
                     }
                 }
                 NodeKind::Null => {}
-                other => self.error(
-                    pos(items),
+                ref other => self.error(
+                    pos(&items),
                     format!(
                         "`items` of a {kind_s} must be a list, not {}",
                         node_type(other)
@@ -712,11 +750,17 @@ impl Ctx<'_> {
         // position already reported is not repeated (see `error`).
         self.secret = group.is_empty() && kind_s == "Secret";
         let before_metadata = self.error_count();
-        self.check_metadata(doc, entries, &group, &kind_s);
+        self.check_metadata(&doc, entries, &group, &kind_s);
+        // Reported after the number checks below, so that an ambiguous `0755` keeps its own,
+        // better message (one error per place); found first, while the tree is whole.
+        let not_strings = self.check_string_fields(&doc, &group, &kind_s);
         let value = if self.error_count() > before_metadata {
             // The rest of the document is still checked; metadata, already found wrong, is
             // read again for its warnings only (an unrendered `{{ x }}` would be reported
             // twice).
+            let NodeKind::Map(entries) = doc.value else {
+                unreachable!("a mapping, checked above")
+            };
             for (k, v) in entries {
                 self.quiet = matches!(&k.value, NodeKind::Str(key) if key == "metadata");
                 self.key_string(k);
@@ -727,8 +771,9 @@ impl Ctx<'_> {
         } else {
             self.json_of(doc)
         };
-        // After the number checks: an ambiguous `0755` keeps its own, better message.
-        self.check_string_fields(doc, &group, &kind_s);
+        for (at, message) in not_strings {
+            self.error(at, message);
+        }
         self.secret = false;
         if self.error_count() > errors_before {
             return;
@@ -772,7 +817,13 @@ impl Ctx<'_> {
     /// an unquoted `1e3`, `0x1F`, `1.20` or `true` as a number or a boolean: an error at the
     /// value with the quoted form to write (the value is never changed). Secrets' values are
     /// not quoted back.
-    fn check_string_fields(&mut self, doc: &Node, group: &str, kind: &str) {
+    /// (place, message) of each such value, for the caller to report.
+    fn check_string_fields(
+        &self,
+        doc: &Node,
+        group: &str,
+        kind: &str,
+    ) -> Vec<((u64, u64), String)> {
         use Step::{Each, Key, Values};
         let pod_spec: &[Step] = match (group, kind) {
             ("", "Pod") => &[Key("spec")],
@@ -824,27 +875,32 @@ impl Ctx<'_> {
             }
         }
         let secret = group.is_empty() && kind == "Secret";
+        let mut found = Vec::new();
+        let mut at = Vec::new();
         for path in &paths {
-            let mut found = Vec::new();
-            walk_steps(doc, path, String::new(), &mut found);
-            for (field, node) in found {
-                let Some(what) = self.not_a_string(node) else {
-                    continue;
-                };
+            walk_steps(doc, path, &mut at, &mut |parts, node| {
+                if let Some(what) = self.not_a_string(node) {
+                    found.push((field_path(parts), node, what));
+                }
+            });
+        }
+        found
+            .into_iter()
+            .map(|(field, node, what)| {
                 let hint = if secret {
                     ": quote the value (not shown: this is a Secret)".to_string()
                 } else {
                     let raw = self.raw(node).unwrap_or("").trim();
                     format!(": write it quoted, `\"{raw}\"`")
                 };
-                self.error(
+                (
                     pos(node),
                     format!(
                         "`{field}` must be a string (the Kubernetes API types it so), not {what}{hint}"
                     ),
-                );
-            }
-        }
+                )
+            })
+            .collect()
     }
 
     fn check_metadata(&mut self, doc: &Node, entries: &[(Node, Node)], group: &str, kind: &str) {
@@ -983,67 +1039,10 @@ impl Ctx<'_> {
     }
 
     /// Converts a node to JSON, reporting ambiguous legacy numbers and non-scalar keys.
-    /// `None` when an error was reported.
-    fn json_of(&mut self, node: &Node) -> Option<Value> {
-        Some(match &node.value {
-            NodeKind::Null => Value::Null,
-            NodeKind::Bool(b) => Value::Bool(*b),
-            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
-                if self.mode == Mode::Rendered
-                    && let Some(v) = self.raw(node).and_then(|r| yaml11_scalar(r.trim())) =>
-            {
-                self.finite(node, v)?
-            }
-            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
-                self.check_number_spelling(node)?;
-                match node.value {
-                    NodeKind::Int(i) => Value::from(i),
-                    NodeKind::UInt(u) => Value::from(u),
-                    NodeKind::Float(_) if self.raw(node).is_some_and(is_integer_spelling) => {
-                        let raw = self.shown(self.raw(node).unwrap_or_default().trim());
-                        self.error(
-                            pos(node),
-                            format!(
-                                "integer {raw} does not fit in 64 bits; quote it to keep it as text"
-                            ),
-                        );
-                        return None;
-                    }
-                    NodeKind::Float(f) => match Number::from_f64(f) {
-                        Some(n) => Value::Number(n),
-                        None => {
-                            self.error(pos(node), "a number must be finite");
-                            return None;
-                        }
-                    },
-                    _ => unreachable!("matched above"),
-                }
-            }
-            NodeKind::Str(s)
-                if self.mode == Mode::Rendered
-                    && self.plain(node, s)
-                    && let Some(v) = yaml11_scalar(s) =>
-            {
-                self.finite(node, v)?
-            }
-            NodeKind::Str(s) => {
-                if self.mode == Mode::Git
-                    && let Some(raw) = self.raw(node).map(str::trim)
-                    && let Some(b) = yaml11_bool(raw)
-                {
-                    let message = if self.secret {
-                        format!(
-                            "a Secret's value (not shown) stays a string (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; quote it to keep a string"
-                        )
-                    } else {
-                        format!(
-                            "`{raw}` stays the string \"{raw}\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; write `\"{raw}\"` to keep a string or `{b}` for a boolean"
-                        )
-                    };
-                    self.warning(pos(node), message);
-                }
-                Value::String(s.clone())
-            }
+    /// `None` when an error was reported. The node is taken apart: its strings become the
+    /// JSON's (moved, not copied).
+    fn json_of(&mut self, node: Node) -> Option<Value> {
+        match node.value {
             NodeKind::Seq(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 let mut ok = true;
@@ -1053,32 +1052,27 @@ impl Ctx<'_> {
                         None => ok = false,
                     }
                 }
-                if !ok {
-                    return None;
-                }
-                Value::Array(out)
+                ok.then_some(Value::Array(out))
             }
             NodeKind::Map(entries) => {
                 let mut out = Map::with_capacity(entries.len());
                 let mut ok = true;
                 for (k, v) in entries {
-                    let key = match self.key_string(k) {
-                        Some(key) => key,
-                        None => {
-                            ok = false;
-                            continue;
-                        }
+                    let at = pos(&k);
+                    let Some(key) = self.key_string(k) else {
+                        ok = false;
+                        continue;
                     };
                     if out.contains_key(&key) {
                         if self.mode == Mode::Live {
                             self.warning(
-                                pos(k),
+                                at,
                                 format!("duplicate key `{key}`: the last value is used"),
                             );
                             out.shift_remove(&key);
                         } else {
                             self.error(
-                                pos(k),
+                                at,
                                 format!("duplicate key `{key}` (two keys that read as the same text, such as `1` and `\"1\"`)"),
                             );
                             ok = false;
@@ -1092,52 +1086,118 @@ impl Ctx<'_> {
                         None => ok = false,
                     }
                 }
-                if !ok {
-                    return None;
-                }
-                Value::Object(out)
+                ok.then_some(Value::Object(out))
             }
+            value => self.scalar_json(Node { value, ..node }),
+        }
+    }
+
+    /// [`Self::json_of`] of a scalar.
+    fn scalar_json(&mut self, node: Node) -> Option<Value> {
+        Some(match &node.value {
+            NodeKind::Null => Value::Null,
+            NodeKind::Bool(b) => Value::Bool(*b),
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
+                if self.mode == Mode::Rendered
+                    && let Some(v) = self.raw(&node).and_then(|r| yaml11_scalar(r.trim())) =>
+            {
+                self.finite(&node, v)?
+            }
+            NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
+                self.check_number_spelling(&node)?;
+                match node.value {
+                    NodeKind::Int(i) => Value::from(i),
+                    NodeKind::UInt(u) => Value::from(u),
+                    NodeKind::Float(_) if self.raw(&node).is_some_and(is_integer_spelling) => {
+                        let raw = self.shown(self.raw(&node).unwrap_or_default().trim());
+                        self.error(
+                            pos(&node),
+                            format!(
+                                "integer {raw} does not fit in 64 bits; quote it to keep it as text"
+                            ),
+                        );
+                        return None;
+                    }
+                    NodeKind::Float(f) => match Number::from_f64(f) {
+                        Some(n) => Value::Number(n),
+                        None => {
+                            self.error(pos(&node), "a number must be finite");
+                            return None;
+                        }
+                    },
+                    _ => unreachable!("matched above"),
+                }
+            }
+            NodeKind::Str(s)
+                if self.mode == Mode::Rendered
+                    && self.plain(&node, s)
+                    && let Some(v) = yaml11_scalar(s) =>
+            {
+                self.finite(&node, v)?
+            }
+            NodeKind::Str(_) => {
+                if self.mode == Mode::Git
+                    && let Some(raw) = self.raw(&node).map(str::trim)
+                    && let Some(b) = yaml11_bool(raw)
+                {
+                    let message = if self.secret {
+                        format!(
+                            "a Secret's value (not shown) stays a string (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; quote it to keep a string"
+                        )
+                    } else {
+                        format!(
+                            "`{raw}` stays the string \"{raw}\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b}; write `\"{raw}\"` to keep a string or `{b}` for a boolean"
+                        )
+                    };
+                    self.warning(pos(&node), message);
+                }
+                // Moved out of the node, not copied.
+                let NodeKind::Str(s) = node.value else {
+                    unreachable!("matched a string")
+                };
+                return Some(Value::String(s));
+            }
+            NodeKind::Seq(_) | NodeKind::Map(_) => unreachable!("collections are read by json_of"),
         })
     }
 
     /// A mapping key as JSON needs it: strings as they are, other scalars as their YAML text
     /// (as `sigs.k8s.io/yaml` does), collections rejected.
-    fn key_string(&mut self, k: &Node) -> Option<String> {
+    fn key_string(&mut self, k: Node) -> Option<String> {
         match &k.value {
             // kubectl reads an unquoted `yes:` key as the boolean, then writes it as `true`.
             NodeKind::Str(s)
                 if self.mode == Mode::Rendered
-                    && self.plain(k, s)
+                    && self.plain(&k, s)
                     && let Some(v @ (Value::Bool(_) | Value::Number(_))) = yaml11_scalar(s) =>
             {
-                Some(v.to_string())
+                return Some(v.to_string());
             }
             NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_)
                 if self.mode == Mode::Rendered =>
             {
-                let raw = self.raw(k).unwrap_or_default().trim().to_string();
-                Some(yaml11_scalar(&raw).map_or(raw, |v| v.to_string()))
+                let raw = self.raw(&k).unwrap_or_default().trim().to_string();
+                return Some(yaml11_scalar(&raw).map_or(raw, |v| v.to_string()));
             }
-            NodeKind::Str(s) => {
+            NodeKind::Str(_) => {
                 // Not `y`/`n`: one-letter keys (coordinates) are common, and rarely meant as
                 // booleans by anyone.
                 if self.mode == Mode::Git
-                    && let Some(raw) = self.raw(k).map(str::trim)
+                    && let Some(raw) = self.raw(&k).map(str::trim)
                     && raw.len() > 1
                     && let Some(b) = yaml11_bool(raw)
                 {
                     self.warning(
-                        pos(k),
+                        pos(&k),
                         format!("key `{raw}` stays the string \"{raw}\" (YAML 1.2), but kubectl and other YAML 1.1 readers read it as the boolean {b} (the key `{b}`); write `\"{raw}\":` to keep it"),
                     );
                 }
-                Some(s.clone())
             }
-            NodeKind::Null => Some("null".into()),
-            NodeKind::Bool(b) => Some(b.to_string()),
+            NodeKind::Null => return Some("null".into()),
+            NodeKind::Bool(b) => return Some(b.to_string()),
             NodeKind::Int(_) | NodeKind::UInt(_) | NodeKind::Float(_) => {
-                self.check_number_spelling(k)?;
-                Some(self.raw(k).unwrap_or_default().trim().to_string())
+                self.check_number_spelling(&k)?;
+                return Some(self.raw(&k).unwrap_or_default().trim().to_string());
             }
             NodeKind::Seq(_) | NodeKind::Map(_) => {
                 let hint = if matches!(k.value, NodeKind::Map(_)) {
@@ -1146,12 +1206,17 @@ impl Ctx<'_> {
                     ""
                 };
                 self.error(
-                    pos(k),
+                    pos(&k),
                     format!("a mapping key must be a scalar, not a collection{hint}"),
                 );
-                None
+                return None;
             }
         }
+        // A string as it is: moved out of the node, not copied.
+        let NodeKind::Str(s) = k.value else {
+            unreachable!("every other kind of key returned above")
+        };
+        Some(s)
     }
 
     /// Rejects number spellings that YAML 1.1 tools and YAML 1.2 read differently.
