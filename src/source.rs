@@ -12,6 +12,7 @@
 
 pub mod charts;
 mod config;
+mod http;
 mod tree;
 pub use config::{
     AuthConfig, ChartConfig, HelmConfig, KustomizeConfig, RenderTools, SourceConfig,
@@ -400,6 +401,9 @@ struct Session<'s> {
     cancel: &'s std::sync::atomic::AtomicBool,
     /// A host key refused by the check.
     rejected: std::cell::RefCell<Option<Error>>,
+    /// `auth` for the http(s) transports libgit2 makes on this thread meanwhile
+    /// ([`http::Scope`]).
+    _http: http::Scope,
 }
 
 impl<'s> Session<'s> {
@@ -410,6 +414,7 @@ impl<'s> Session<'s> {
             auth,
             cancel,
             rejected: std::cell::RefCell::new(None),
+            _http: http::Scope::enter(auth),
         }
     }
 
@@ -457,7 +462,8 @@ impl<'s> Session<'s> {
             ))
         });
         cb.certificate_check(move |cert, host| {
-            // TLS certificates: libgit2's own verification against the system's roots.
+            // TLS certificates are checked by rustls in the http(s) transport (`http`); only
+            // SSH host keys come here.
             let Some(hostkey) = cert.as_hostkey() else {
                 return Ok(CertificateCheckStatus::CertificatePassthrough);
             };
@@ -775,16 +781,21 @@ pub unsafe fn set_socket_timeouts() {
 }
 
 /// Sets the socket timeouts ([`set_socket_timeouts`]) once, before the first repository is
-/// opened: every open of a repository goes through here and waits for it, so no thread uses
-/// git2 before they are set. The first call also initializes libgit2 and OpenSSL, which reads
-/// the system's CA bundle (some 35 ms): the CLI starts it on a thread of its own at startup,
-/// beside reading the config and opening the store.
+/// opened, and registers the http(s) transport ([`http`]): every open of a repository goes
+/// through here and waits for it, so no thread uses git2 before they are set. The first call
+/// also initializes libgit2 (the CLI starts it on a thread of its own at startup, beside
+/// reading the config and opening the store).
 pub fn git_ready() {
     static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     READY.get_or_init(|| {
         // SAFETY: every use of git2 starts with opening a repository, and every open waits
         // here until this has run.
-        unsafe { set_socket_timeouts() }
+        unsafe {
+            set_socket_timeouts();
+            if let Err(e) = http::register() {
+                tracing::error!(error = %e, "the HTTP transport for Git did not register: http(s) sources cannot be fetched");
+            }
+        }
     });
 }
 

@@ -483,6 +483,105 @@ async fn https_tokens_are_sent_as_the_basic_password_and_refusals_are_authentica
 }
 
 #[tokio::test]
+async fn credentials_in_the_url_are_sent_when_asked_and_never_shown() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let head = repo.commit("c");
+    let server = common::HttpsGitServer::start_with(false, Some(("alice", "pa55/w@rd")));
+    let url = server.publish(&repo, "private");
+    let with = |user: &str, password: &str| {
+        url.replacen("http://", &format!("http://{user}:{password}@"), 1)
+    };
+    let (_d, cache) = cache();
+    // Percent-encoded in the URL, sent decoded (HTTP Basic), as git does.
+    let good = with("alice", "pa55%2Fw%40rd");
+    assert_eq!(cache.fetch(&good, None).await.unwrap().revision.0, head);
+    let bad = with("alice", "wr0ng-SECRET");
+    let e = cache.fetch(&bad, None).await.unwrap_err();
+    assert!(matches!(e, Error::AuthenticationFailed { .. }), "{e:?}");
+    let shown = format!("{e} {e:?} {}", driftless::reconcile::error_chain(&e));
+    assert!(!shown.contains("wr0ng-SECRET"), "{shown}");
+    // Credentials go only to a server that asks: the anonymous requests come first.
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("401 GET /private.git/info/refs")),
+        "{requests:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_is_followed_and_the_fetch_goes_on_where_it_ended() {
+    let repo = GitRepo::new();
+    repo.write("app/a.yaml", configmap("a", &[]));
+    let head = repo.commit("c");
+    let target = common::HttpsGitServer::start_with(false, None);
+    target.publish(&repo, "web");
+    let redirector =
+        common::HttpsGitServer::redirecting_to(&format!("http://localhost:{}", target.port));
+    let url = format!("http://127.0.0.1:{}/web.git", redirector.port);
+    let (_d, cache) = cache();
+    assert_eq!(cache.fetch(&url, None).await.unwrap().revision.0, head);
+    // Only the first request was redirected: the pack was asked for where it ended.
+    let asked = redirector.requests();
+    assert!(
+        asked.iter().all(|r| r.contains("GET /web.git/info/refs")),
+        "{asked:?}"
+    );
+    let served = target.requests();
+    assert!(
+        served
+            .iter()
+            .any(|r| r.contains("POST /web.git/git-upload-pack")),
+        "{served:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_speak_smart_http_is_a_clear_error() {
+    // Plain files over HTTP: the dumb protocol, which the transport does not speak.
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("web.git/info")).unwrap();
+    std::fs::write(root.path().join("web.git/info/refs"), "").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(root.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/web.git");
+    let (_d, cache) = cache();
+    let mut e = None;
+    for _ in 0..100 {
+        match cache.fetch(&url, None).await {
+            Err(Error::Unreachable { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            other => {
+                e = Some(other.unwrap_err());
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let e = e.expect("the server answered");
+    let shown = format!("{e} {}", driftless::reconcile::error_chain(&e));
+    assert!(shown.contains("not a smart HTTP Git server"), "{shown}");
+}
+
+#[tokio::test]
 async fn credentials_in_urls_never_show_in_errors() {
     let (_d, cache) = cache();
     // Nothing listens on port 9 of loopback.

@@ -228,6 +228,10 @@ impl HttpsGitServer {
                 "/CN=127.0.0.1",
             ])
             .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            // A server's (leaf) certificate, trusted as itself: `req -x509` makes a CA
+            // certificate by default, which rustls (webpki) refuses as a server's.
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+            .args(["-addext", "extendedKeyUsage=serverAuth"])
             .arg("-keyout")
             .arg(&key)
             .arg("-out")
