@@ -1147,3 +1147,60 @@ async fn a_kubernetes_api_server_keeps_the_contract_where_it_applies() {
         .unwrap();
     assert!(kube.get(&key("unlabelled")).await.unwrap().is_none());
 }
+
+/// SQLite keeps each record's store metadata as it last wrote it, so that writing an app's
+/// status again does not load the old record (megabytes) to read it back; it is trusted only
+/// while the row is still at the version it wrote.
+#[tokio::test]
+async fn sqlite_keeps_a_records_metadata_only_while_the_row_is_its_own_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let a = SqliteStore::open(&path, Default::default()).unwrap();
+    let b = SqliteStore::open(&path, Default::default()).unwrap();
+    fn text(n: u64) -> store::RecordText {
+        store::RecordText::new("Status", "r", "spec", &json!({"n": n})).unwrap()
+    }
+    async fn write(s: &SqliteStore, n: u64) {
+        s.commit(vec![store::Write::PutRecord {
+            record: text(n),
+            precondition: Precondition::Any,
+        }])
+        .await
+        .unwrap();
+    }
+    async fn created(s: &SqliteStore) -> String {
+        let o = s.get(&text(0).key()).await.unwrap().unwrap();
+        o.metadata()["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let set_created = |when: &str, bump: bool| {
+        raw.execute(
+            &format!(
+                "UPDATE objects SET body = json_set(body, '$.metadata.creationTimestamp', ?1){} WHERE kind = 'Status'",
+                if bump { ", rev = rev + 100" } else { "" }
+            ),
+            [when],
+        )
+        .unwrap();
+    };
+    write(&a, 1).await;
+    let first = created(&a).await;
+    // Written by another handle (another process): read from the row, kept.
+    write(&b, 2).await;
+    assert_eq!(created(&b).await, first);
+    // Changed behind both at a new version: `a` reads the row again, not what it wrote.
+    set_created("2001-01-01T00:00:00Z", true);
+    write(&a, 3).await;
+    assert_eq!(created(&a).await, "2001-01-01T00:00:00Z");
+    // At the version `a` wrote, its own metadata is used: the row is not read for it.
+    set_created("2002-02-02T00:00:00Z", false);
+    write(&a, 4).await;
+    assert_eq!(created(&a).await, "2001-01-01T00:00:00Z");
+    assert_eq!(
+        a.get(&text(0).key()).await.unwrap().unwrap().get("spec"),
+        Some(&json!({"n": 4}))
+    );
+}
