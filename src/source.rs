@@ -255,24 +255,25 @@ impl std::fmt::Debug for Auth {
 /// `url` fit to show: the user information of an `http(s)://` URL (which may hold a token)
 /// becomes `***`, and so do its query and fragment (`?token=...`); an SSH user name (`git@`)
 /// stays.
+///
+/// The last `@` of the URL ends the user information, wherever it is: a badly written password
+/// may hold a `/`, `?` or `#` (which a URL reader takes for the path, query or fragment), and an
+/// `@` in a path or query hides more than needed, never less.
 pub fn redact_url(url: &str) -> String {
-    if let Some(i) = url.find(['?', '#']) {
-        let sep = &url[i..=i];
-        return format!("{}{sep}***", redact_url(&url[..i]));
-    }
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+    let hide_query = |rest: &str| match rest.find(['?', '#']) {
+        Some(i) => format!("{}{}***", &rest[..i], &rest[i..=i]),
+        None => rest.to_string(),
     };
-    // The last `@` ends the user information, even when a badly written password holds a
-    // `/`; an `@` in a path hides more than needed, never less.
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return hide_query(url);
+    };
     match rest.rsplit_once('@') {
         Some((userinfo, host)) => {
-            let keep =
-                !scheme.starts_with("http") && !userinfo.contains(':') && !userinfo.contains('/');
+            let keep = !scheme.starts_with("http") && !userinfo.contains([':', '/', '?', '#']);
             let shown = if keep { userinfo } else { "***" };
-            format!("{scheme}://{shown}@{host}")
+            format!("{scheme}://{shown}@{}", hide_query(host))
         }
-        None => url.to_string(),
+        None => format!("{scheme}://{}", hide_query(rest)),
     }
 }
 
@@ -407,14 +408,18 @@ struct Session<'s> {
 }
 
 impl<'s> Session<'s> {
-    fn new(url: &str, auth: Option<&'s Auth>, cancel: &'s std::sync::atomic::AtomicBool) -> Self {
+    fn new(
+        url: &str,
+        auth: Option<&'s Auth>,
+        cancel: &'s Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
         Self {
             host: host_of(url),
             port: host_of(url).and_then(|h| h.rsplit_once(':').and_then(|(_, p)| p.parse().ok())),
             auth,
             cancel,
             rejected: std::cell::RefCell::new(None),
-            _http: http::Scope::enter(auth),
+            _http: http::Scope::enter(auth, cancel.clone()),
         }
     }
 
@@ -542,6 +547,17 @@ impl<'s> Session<'s> {
             return Error::AuthenticationFailed {
                 url: redact_url(url),
                 message,
+            };
+        }
+        // An answer the server gave (an HTTP status, another protocol): it was reached. Through
+        // a response's read, libgit2 gets it in the network class (`source::http`).
+        if lower.contains("unexpected http status")
+            || lower.contains("not a smart http")
+            || lower.contains("refusing a redirect")
+        {
+            return Error::FetchFailed {
+                url: redact_url(url),
+                source: e,
             };
         }
         if matches!(e.class(), git2::ErrorClass::Net | git2::ErrorClass::Os)
@@ -917,11 +933,13 @@ impl GitCache {
     pub fn repo_path(&self, url: &str) -> PathBuf {
         let digest = Sha256::digest(url.as_bytes());
         let hash: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-        // The folder's name shows the repository's, never a query (which may hold a token).
-        let name: String = url
+        // The folder's name shows the repository's, never its credentials or a query (which
+        // may hold a token).
+        let shown = redact_url(url);
+        let name: String = shown
             .split(['?', '#'])
             .next()
-            .unwrap_or(url)
+            .unwrap_or(&shown)
             .trim_end_matches('/')
             .trim_end_matches(".git")
             .rsplit(['/', ':', '\\'])
@@ -1495,7 +1513,7 @@ fn fetch_refs_blocking(
     url: &str,
     references: &[Option<String>],
     auth: Option<&Auth>,
-    cancel: &std::sync::atomic::AtomicBool,
+    cancel: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Vec<(Option<String>, Result<Fetched>)>> {
     let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
@@ -1621,7 +1639,7 @@ fn fetch_commit_blocking(
     url: &str,
     id: &str,
     auth: Option<&Auth>,
-    cancel: &std::sync::atomic::AtomicBool,
+    cancel: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Fetched> {
     let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
@@ -1702,7 +1720,7 @@ fn fetch_matching_blocking(
     url: &str,
     matches: &(dyn Fn(&str) -> bool + Send + Sync),
     auth: Option<&Auth>,
-    cancel: &std::sync::atomic::AtomicBool,
+    cancel: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Vec<RemoteHead>> {
     let _cache_lock = lock_cache(path, cancel)?;
     let repo = open_or_init(path)?;
@@ -2437,7 +2455,21 @@ mod tests {
             redact_url("https://u:p@h/z.git#s3cret"),
             "https://***@h/z.git#***"
         );
-        assert_eq!(redact_url("https://h/a?b@c"), "https://h/a?***");
+        assert_eq!(
+            redact_url("https://h/a?b@c"),
+            "https://***@c",
+            "more hidden, never less"
+        );
+        // A password with characters a URL reader takes for a query or fragment.
+        assert_eq!(
+            redact_url("http://alice:sec#HASH@127.0.0.1:9/web.git"),
+            "http://***@127.0.0.1:9/web.git"
+        );
+        assert_eq!(
+            redact_url("http://alice:QM?QS@127.0.0.1:9/web.git?x=1"),
+            "http://***@127.0.0.1:9/web.git?***"
+        );
+        assert_eq!(redact_url("ssh://git@h/r.git#x"), "ssh://git@h/r.git#***");
         assert_eq!(
             redact_url("https://h/a@b"),
             "https://***@b",
@@ -2487,5 +2519,9 @@ mod tests {
             name.starts_with("z-") && !name.contains("s3cret") && !name.contains("token"),
             "{name}"
         );
+        // Nor any part of a password a URL reader would take for a port or a fragment.
+        let p = c.repo_path("http://alice:sec#HASHSECRET@127.0.0.1:9/web.git");
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("web-") && !name.contains("sec"), "{name}");
     }
 }

@@ -581,6 +581,88 @@ async fn a_server_that_does_not_speak_smart_http_is_a_clear_error() {
     assert!(shown.contains("not a smart HTTP Git server"), "{shown}");
 }
 
+/// `tests/support/bad_git_http_server.py` in `mode`: (the process, its port, its log file).
+fn bad_server(mode: &str) -> (std::process::Child, u16, tempfile::NamedTempFile) {
+    use std::io::BufRead;
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = std::process::Command::new("python3")
+        .arg(common::data_dir().join("../support/bad_git_http_server.py"))
+        .arg(mode)
+        .arg("--log")
+        .arg(log.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line.trim().parse().unwrap(), log)
+}
+
+#[tokio::test]
+async fn a_list_of_refs_that_never_ends_stops_at_the_fetch_timeout() {
+    // One ref every 50 ms, forever: libgit2's progress callbacks are not called while it
+    // reads the refs, so only the transport's own check of the cancel flag stops the read.
+    let (mut child, port, log) = bad_server("slow-refs");
+    let url = format!("http://127.0.0.1:{port}/web.git");
+    let (_d, cache) = cache();
+    let started = std::time::Instant::now();
+    let e = cache
+        .fetch_within(&url, None, std::time::Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{e}"
+    );
+    // The fetch's thread stopped reading: the server saw the connection go.
+    let mut closed = false;
+    for _ in 0..100 {
+        if std::fs::read_to_string(log.path())
+            .unwrap()
+            .contains("CLOSED")
+        {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        closed,
+        "the list was still being read after the timeout: {e}"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_the_server_gave_is_not_unreachable_and_a_content_type_parameter_is_fine() {
+    let (_d, cache) = cache();
+    // A 500 to the pack's request: the server was reached; what it said is the error.
+    let (mut child, port, _log) = bad_server("post-500");
+    let e = cache
+        .fetch(&format!("http://127.0.0.1:{port}/web.git"), None)
+        .await
+        .unwrap_err();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(matches!(e, Error::FetchFailed { .. }), "{e:?}");
+    let shown = driftless::reconcile::error_chain(&e);
+    assert!(shown.contains("500"), "{shown}");
+    // `; charset=utf-8` after the advertisement's type is read as that type, as git does (the
+    // repository is empty: what follows is about its refs, not the type).
+    let (mut child, port, _log) = bad_server("refs-with-charset");
+    let e = cache
+        .fetch(&format!("http://127.0.0.1:{port}/empty.git"), None)
+        .await
+        .unwrap_err();
+    let _ = child.kill();
+    let _ = child.wait();
+    let shown = format!("{e} {}", driftless::reconcile::error_chain(&e));
+    assert!(!shown.contains("smart HTTP"), "{shown}");
+}
+
 #[tokio::test]
 async fn credentials_in_urls_never_show_in_errors() {
     let (_d, cache) = cache();

@@ -26,6 +26,7 @@
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -43,11 +44,20 @@ use super::Auth;
 /// Git hosts redirect once, to their canonical name).
 const MAX_REDIRECTS: usize = 5;
 
+/// Most bytes of a refs advertisement read (the refs and their commits, some 60 bytes each: two
+/// million refs): libgit2 keeps every ref it is told of, so a server that never ends the list
+/// would fill the memory.
+const MAX_ADVERTISEMENT: u64 = 128 << 20;
+
 /// What the transports libgit2 makes on this thread need from the fetch that runs here: the
 /// configured URL's credentials. Set by [`Scope::enter`] for the fetch's duration.
 #[derive(Clone, Default)]
 pub(super) struct Context {
     auth: Option<Auth>,
+    /// Set when the fetch is to stop (its timeout, the agent stopping): every read of a
+    /// response checks it. libgit2's progress callbacks, the other way a fetch stops, are not
+    /// called while it reads the refs.
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 thread_local! {
@@ -61,10 +71,12 @@ pub(super) struct Scope {
 }
 
 impl Scope {
-    /// Sets `auth` (`source.auth` of the repository about to be fetched) for this thread.
-    pub(super) fn enter(auth: Option<&Auth>) -> Self {
+    /// Sets `auth` (`source.auth` of the repository about to be fetched) and the fetch's
+    /// `cancel` flag for this thread.
+    pub(super) fn enter(auth: Option<&Auth>, cancel: Arc<AtomicBool>) -> Self {
         let context = Context {
             auth: auth.cloned(),
+            cancel: Some(cancel),
         };
         Scope {
             previous: CONTEXT.with(|c| c.replace(context)),
@@ -205,7 +217,12 @@ impl SmartSubtransport for Http {
         match action {
             Service::UploadPackLs => {
                 let response = self.shared.discover(url)?;
-                Ok(Box::new(Body::new(response)))
+                Ok(Box::new(Body {
+                    response,
+                    cancel: self.shared.context.cancel.clone(),
+                    read: 0,
+                    limit: Some(MAX_ADVERTISEMENT),
+                }))
             }
             Service::UploadPack => {
                 let base = self.shared.base(url)?;
@@ -214,6 +231,7 @@ impl SmartSubtransport for Http {
                     base,
                     request: Vec::new(),
                     response: None,
+                    read: 0,
                 }))
             }
             Service::ReceivePackLs | Service::ReceivePack => Err(GitError::new(
@@ -346,16 +364,8 @@ impl Shared {
                 let location = response
                     .headers()
                     .get(header::LOCATION)
-                    .and_then(|l| l.to_str().ok())
-                    .and_then(|l| target.join(l).ok())
-                    .ok_or_else(|| {
-                        GitError::new(
-                            ErrorCode::GenericError,
-                            ErrorClass::Http,
-                            format!("a redirect ({status}) without a usable Location"),
-                        )
-                    })?;
-                target = location;
+                    .and_then(|l| l.to_str().ok());
+                target = redirect_target(&target, location, status)?;
                 continue;
             }
             check_status(&response, "application/x-git-upload-pack-advertisement")?;
@@ -373,6 +383,37 @@ impl Shared {
             format!("more than {MAX_REDIRECTS} redirects"),
         ))
     }
+}
+
+/// Where a redirect (`status`, its `Location`) of a request to `from` goes: the location
+/// resolved against `from`, without credentials it may name (reqwest would send them). A
+/// missing or unreadable location, or one from https to anything else, is an error: from TLS
+/// to plain text would let anyone on the way change the manifests (libgit2 refuses it too).
+fn redirect_target(
+    from: &Url,
+    location: Option<&str>,
+    status: StatusCode,
+) -> Result<Url, GitError> {
+    let mut to = location.and_then(|l| from.join(l).ok()).ok_or_else(|| {
+        GitError::new(
+            ErrorCode::GenericError,
+            ErrorClass::Http,
+            format!("a redirect ({status}) without a usable Location"),
+        )
+    })?;
+    if from.scheme() == "https" && to.scheme() != "https" {
+        return Err(GitError::new(
+            ErrorCode::GenericError,
+            ErrorClass::Http,
+            format!(
+                "refusing a redirect ({status}) from https to {}",
+                to.scheme()
+            ),
+        ));
+    }
+    let _ = to.set_username("");
+    let _ = to.set_password(None);
+    Ok(to)
 }
 
 /// `base` with `tail` (a path and query) after its path, as Git appends to a repository URL.
@@ -405,7 +446,9 @@ fn check_status(response: &Response, content_type: &str) -> Result<(), GitError>
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !got.eq_ignore_ascii_case(content_type) {
+    // The media type alone: parameters (`; charset=utf-8`) are ignored, as git does.
+    let media_type = got.split(';').next().unwrap_or_default().trim();
+    if !media_type.eq_ignore_ascii_case(content_type) {
         return Err(GitError::new(
             ErrorCode::GenericError,
             ErrorClass::Http,
@@ -417,22 +460,53 @@ fn check_status(response: &Response, content_type: &str) -> Result<(), GitError>
     Ok(())
 }
 
-/// A response body read by libgit2. Writing to it is an error (nothing is sent after the
-/// advertisement's request).
+/// A response body read by libgit2, a read at a time: each read first checks the fetch's
+/// cancel flag, and a body longer than `limit` is an error. Writing to it is an error (nothing
+/// is sent after the advertisement's request).
 struct Body {
     response: Response,
-}
-
-impl Body {
-    fn new(response: Response) -> Self {
-        Body { response }
-    }
+    cancel: Option<Arc<AtomicBool>>,
+    read: u64,
+    limit: Option<u64>,
 }
 
 impl Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.response.read(buf)
+        read_checked(
+            &mut self.response,
+            buf,
+            self.cancel.as_deref(),
+            &mut self.read,
+            self.limit,
+        )
     }
+}
+
+/// One read of a response for libgit2: refused once `cancel` is set or `limit` bytes were
+/// read; an error names its cause (a read timeout says it timed out).
+fn read_checked(
+    response: &mut Response,
+    buf: &mut [u8],
+    cancel: Option<&AtomicBool>,
+    read: &mut u64,
+    limit: Option<u64>,
+) -> io::Result<usize> {
+    if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+        return Err(io::Error::other("the fetch was cancelled (its timeout)"));
+    }
+    if let Some(limit) = limit
+        && *read > limit
+    {
+        return Err(io::Error::other(format!(
+            "the server's list of refs is longer than {} MiB",
+            limit >> 20
+        )));
+    }
+    let n = response
+        .read(buf)
+        .map_err(|e| io::Error::new(e.kind(), chain(&e)))?;
+    *read += n as u64;
+    Ok(n)
 }
 
 impl Write for Body {
@@ -451,10 +525,15 @@ struct Post {
     base: Url,
     request: Vec<u8>,
     response: Option<Response>,
+    read: u64,
 }
 
 impl Read for Post {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let cancel = self.shared.context.cancel.clone();
+        if cancel.as_deref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(io::Error::other("the fetch was cancelled (its timeout)"));
+        }
         if self.response.is_none() {
             let url = join(&self.base, "git-upload-pack");
             let body = std::mem::take(&mut self.request);
@@ -481,7 +560,9 @@ impl Read for Post {
             self.response = Some(response);
         }
         match &mut self.response {
-            Some(r) => r.read(buf),
+            // The pack has no bound of its own: libgit2 writes it to disk as it comes, and the
+            // fetch's timeout ends it.
+            Some(r) => read_checked(r, buf, cancel.as_deref(), &mut self.read, None),
             None => Ok(0),
         }
     }
@@ -503,6 +584,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn redirects_resolve_lose_credentials_and_never_leave_tls() {
+        let from =
+            Url::parse("https://h.example/a/web.git/info/refs?service=git-upload-pack").unwrap();
+        let found = StatusCode::FOUND;
+        let to = |l: &str| redirect_target(&from, Some(l), found);
+        assert_eq!(
+            to("/b/web.git/info/refs?service=git-upload-pack")
+                .unwrap()
+                .as_str(),
+            "https://h.example/b/web.git/info/refs?service=git-upload-pack"
+        );
+        assert_eq!(
+            to("https://u:pw@other.example/web.git/info/refs")
+                .unwrap()
+                .as_str(),
+            "https://other.example/web.git/info/refs"
+        );
+        let e = to("http://h.example/a/web.git/info/refs").unwrap_err();
+        assert!(e.message().contains("from https to http"), "{e}");
+        assert!(redirect_target(&from, None, found).is_err());
+        // Plain HTTP may go to TLS.
+        let plain = Url::parse("http://h.example/web.git/info/refs").unwrap();
+        assert_eq!(
+            redirect_target(&plain, Some("https://h.example/web.git/info/refs"), found)
+                .unwrap()
+                .scheme(),
+            "https"
+        );
+    }
+
+    #[test]
     fn paths_are_appended_to_the_repository_url() {
         let base = Url::parse("https://git.example.com/acme/web.git").unwrap();
         assert_eq!(
@@ -518,7 +630,7 @@ mod tests {
 
     fn shared(auth: Option<Auth>) -> Shared {
         Shared {
-            context: Context { auth },
+            context: Context { auth, cancel: None },
             state: Mutex::default(),
         }
     }
@@ -563,9 +675,10 @@ mod tests {
         };
         let user = || CONTEXT.with(|c| c.borrow().auth.as_ref().and_then(|a| a.username.clone()));
         assert_eq!(user(), None);
-        let outer = Scope::enter(Some(&auth("a")));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let outer = Scope::enter(Some(&auth("a")), cancel.clone());
         {
-            let _inner = Scope::enter(Some(&auth("b")));
+            let _inner = Scope::enter(Some(&auth("b")), cancel.clone());
             assert_eq!(user().as_deref(), Some("b"));
         }
         assert_eq!(user().as_deref(), Some("a"));
