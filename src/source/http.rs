@@ -39,6 +39,9 @@ use reqwest::header::{self, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::Auth;
+// An error and its causes, each once; reqwest's own text names its URL unless
+// `reqwest::Error::without_url` took it out.
+use crate::store::error_chain as chain;
 
 /// Redirects of the first request followed at most (libgit2 and curl's default allow more;
 /// Git hosts redirect once, to their canonical name).
@@ -143,22 +146,6 @@ fn client() -> Result<&'static Client, GitError> {
         })
         .as_ref()
         .map_err(|e| GitError::new(ErrorCode::GenericError, ErrorClass::Http, e))
-}
-
-/// An error and its causes, each once (reqwest's own text names its URL unless
-/// [`reqwest::Error::without_url`] took it out).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// A failed request as libgit2 classes it: a certificate problem is `Ssl`, anything else on
