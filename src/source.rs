@@ -773,10 +773,11 @@ impl Trust {
     }
 }
 
-/// How long libgit2 waits for a connection to a Git server, in milliseconds.
+/// How long a connection to a Git server is waited for, in milliseconds: libgit2's (ssh,
+/// `git://`) and the http(s) transport's ([`http`]).
 pub const CONNECT_TIMEOUT_MS: i32 = 30_000;
-/// How long libgit2 waits on a silent Git server connection (each read or write), in
-/// milliseconds.
+/// How long a silent Git server connection is waited on (each read or write), in
+/// milliseconds: libgit2's and the http(s) transport's.
 pub const SOCKET_TIMEOUT_MS: i32 = 60_000;
 /// Default timeout of a whole fetch (Flux's `GitRepository` `spec.timeout` default).
 pub const DEFAULT_FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
