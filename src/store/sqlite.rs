@@ -66,7 +66,15 @@ pub struct SqliteStore {
 /// Reading them from the row costs the whole record: SQLite loads a value's every overflow page
 /// to extract a field, and an app's status record is megabytes (at 100,000 objects, 19 MB
 /// loaded at each status write, the peak of a cold sync).
-type Heads = HashMap<ObjectKey, (u64, Option<String>, Option<u64>)>;
+type Heads = HashMap<ObjectKey, (u64, RecordMeta)>;
+
+/// What the commit loop gives back: what was stored, how many writes took effect, and the
+/// records written with their [`RecordMeta`].
+type Written = (Vec<Stored>, i64, Vec<(ObjectKey, RecordMeta)>);
+
+/// A record's store metadata that a write keeps: (`creationTimestamp`, `generation`), what
+/// [`stamp_record`] takes.
+type RecordMeta = (Option<String>, Option<u64>);
 
 fn backend(op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
     move |e| Error::Backend {
@@ -225,11 +233,7 @@ fn read_rev(c: &Connection, key: &ObjectKey, op: &'static str) -> Result<Option<
 
 /// A record's version and, when its text is JSON, its `creationTimestamp` and `generation`
 /// (read by SQLite's `json_extract`, without decoding the rest): for [`stamp_record`].
-#[allow(clippy::type_complexity)]
-fn read_record_meta(
-    c: &Connection,
-    key: &ObjectKey,
-) -> Result<(Option<u64>, Option<(Option<String>, Option<u64>)>)> {
+fn read_record_meta(c: &Connection, key: &ObjectKey) -> Result<(Option<u64>, Option<RecordMeta>)> {
     let meta = c
         .prepare_cached(
             "SELECT rev, json_extract(body, '$.metadata.creationTimestamp'), json_extract(body, '$.metadata.generation') FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3 AND name = ?4",
@@ -339,54 +343,50 @@ fn commit_blocking(
     .and_then(|(stored, seq, written)| {
         let committed = finish_commit(tx, revision, stored, seq, retain)?;
         // Committed: the records' metadata as written is the row's from now on.
-        for (key, created, generation) in written {
-            heads.insert(key, (revision, created, generation));
+        for (key, meta) in written {
+            heads.insert(key, (revision, meta));
         }
         Ok(committed)
     })
 }
 
 /// [`read_record_meta`], from `heads` when it holds the row's current version.
-#[allow(clippy::type_complexity)]
 fn record_meta(
     tx: &rusqlite::Transaction<'_>,
     key: &ObjectKey,
     heads: &Heads,
-) -> Result<(Option<u64>, Option<(Option<String>, Option<u64>)>)> {
-    if let Some((rev, created, generation)) = heads.get(key)
+) -> Result<(Option<u64>, Option<RecordMeta>)> {
+    if let Some((rev, meta)) = heads.get(key)
         && read_rev(tx, key, "commit")? == Some(*rev)
     {
-        return Ok((Some(*rev), Some((created.clone(), *generation))));
+        return Ok((Some(*rev), Some(meta.clone())));
     }
     read_record_meta(tx, key)
 }
 
-/// A record's `creationTimestamp` and `generation` as stamped, to keep in [`Heads`].
-fn head_meta(key: &ObjectKey, head: &Object) -> (ObjectKey, Option<String>, Option<u64>) {
+/// A record's [`RecordMeta`] as stamped, to keep in [`Heads`].
+fn head_meta(key: &ObjectKey, head: &Object) -> (ObjectKey, RecordMeta) {
     let meta = head.metadata();
     (
         key.clone(),
-        meta.get("creationTimestamp")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string),
-        meta.get("generation").and_then(serde_json::Value::as_u64),
+        (
+            meta.get("creationTimestamp")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+            meta.get("generation").and_then(serde_json::Value::as_u64),
+        ),
     )
 }
 
 /// The commit loop: every write inserted (or deleted) in order, each checked against its
 /// precondition, with its change recorded; (what was stored, how many took effect, the
 /// records written with their metadata for [`Heads`]).
-#[allow(clippy::type_complexity)]
 fn commit_writes(
     tx: &rusqlite::Transaction<'_>,
     writes: impl Iterator<Item = Prepared>,
     revision: u64,
     heads: &Heads,
-) -> Result<(
-    Vec<Stored>,
-    i64,
-    Vec<(ObjectKey, Option<String>, Option<u64>)>,
-)> {
+) -> Result<Written> {
     let mut stored = Vec::new();
     let mut written = Vec::new();
     let mut seq = 0i64;
