@@ -2082,6 +2082,12 @@ mod tests {
             e[1].contains("`spec.template.spec.containers[0].env[0].value` must be a string"),
             "{e:?}"
         );
+        // A value wrong both ways is reported once, with the more specific message.
+        let both =
+            one("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  mode: 0755\n");
+        let e = errors(&both);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("6:9: ambiguous number `0755`"), "{e:?}");
         // A Secret's value is never quoted back.
         let s =
             one("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  pin: 123456\n");
