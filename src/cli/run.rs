@@ -52,6 +52,9 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
     if !reachable {
         return Ok(0);
     }
+    // From here on a signal stops the agent cleanly, even one that comes before the agent has
+    // started (its first pass is a few ms away when the set is taken up).
+    let mut signals = Signals::listen()?;
     // SQLite and etcd: the periodic passes ask the objects' versions of a cache the change
     // feed keeps (store::cached) instead of reading them from the store each time; both feeds
     // send the bookmarks it needs to know it is current (etcd's from its progress
@@ -157,7 +160,7 @@ pub(super) async fn run(cfg: Loaded) -> anyhow::Result<u8> {
             .instrument(tracing::info_span!("commit_status_writer")),
     );
     tracing::info!(config = %cfg.path.display(), apps = cfg.config.apps.len(), %addr, "Agent started; HTTP server listening");
-    wait_for_signal().await?;
+    signals.wait().await;
     tracing::info!("Stopping");
     let _ = tx.send(true);
     let stopping = async {
@@ -324,12 +327,43 @@ pub(super) fn lock_agent(cfg: &Loaded) -> anyhow::Result<std::fs::File> {
     }
 }
 
-pub(super) async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {}
+/// SIGTERM and SIGINT, listened for from when [`Signals::listen`] is called: one that comes
+/// before [`Signals::wait`] is kept for it, instead of ending the process unannounced (the
+/// default action) while the agent is starting.
+pub(super) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Starts listening.
+    ///
+    /// # Errors
+    ///
+    /// When a handler cannot be registered.
+    pub(super) fn listen() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+        })
     }
+
+    /// Until one of them comes (or came since [`Signals::listen`]).
+    pub(super) async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// Until SIGTERM or SIGINT comes, listened for from this call on.
+///
+/// # Errors
+///
+/// When a handler cannot be registered.
+pub(super) async fn wait_for_signal() -> anyhow::Result<()> {
+    Signals::listen()?.wait().await;
     Ok(())
 }
