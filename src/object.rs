@@ -351,6 +351,22 @@ impl From<Object> for Value {
     }
 }
 
+/// Mappings of at most this many fields are searched in order ([`field_of`]).
+const SCAN_FIELDS: usize = 12;
+
+/// `map[field]`. An object's top level and its `metadata` hold a handful of fields, where
+/// comparing each name is several times faster than hashing the one looked for (serde_json's
+/// ordered mapping hashes with SipHash); larger mappings are looked up by hash.
+fn field_of<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    if map.len() <= SCAN_FIELDS {
+        map.iter()
+            .find(|(k, _)| k.as_str() == field)
+            .map(|(_, v)| v)
+    } else {
+        map.get(field)
+    }
+}
+
 /// The JSON type name of a value, for messages.
 pub fn type_name(v: &Value) -> &'static str {
     match v {
@@ -486,7 +502,9 @@ impl Object {
     }
 
     fn str_field(&self, field: &str) -> &str {
-        self.map().get(field).and_then(Value::as_str).unwrap_or("")
+        field_of(self.map(), field)
+            .and_then(Value::as_str)
+            .unwrap_or("")
     }
 
     /// `apiVersion`, e.g. `apps/v1`.
@@ -518,8 +536,7 @@ impl Object {
     /// `metadata` as a mapping.
     pub fn metadata(&self) -> &Map<String, Value> {
         static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        self.map()
-            .get("metadata")
+        field_of(self.map(), "metadata")
             .and_then(Value::as_object)
             .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
     }
@@ -541,16 +558,14 @@ impl Object {
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        self.metadata()
-            .get("name")
+        field_of(self.metadata(), "name")
             .and_then(Value::as_str)
             .unwrap_or("")
     }
 
     /// `metadata.namespace`, or empty.
     pub fn namespace(&self) -> &str {
-        self.metadata()
-            .get("namespace")
+        field_of(self.metadata(), "namespace")
             .and_then(Value::as_str)
             .unwrap_or("")
     }
@@ -572,7 +587,7 @@ impl Object {
     /// `metadata.resourceVersion` as a number: the store revision of the object's last write.
     /// `None` when absent or not a decimal number.
     pub fn resource_version(&self) -> Option<u64> {
-        match self.metadata().get("resourceVersion")? {
+        match field_of(self.metadata(), "resourceVersion")? {
             Value::String(s) => s.parse().ok(),
             Value::Number(n) => n.as_u64(),
             _ => None,
@@ -581,8 +596,7 @@ impl Object {
 
     /// `metadata.generation`, or 0 when absent.
     pub fn generation(&self) -> u64 {
-        self.metadata()
-            .get("generation")
+        field_of(self.metadata(), "generation")
             .and_then(Value::as_u64)
             .unwrap_or(0)
     }
