@@ -807,6 +807,11 @@ pub fn git_ready() {
     READY.get_or_init(|| {
         // SAFETY: every use of git2 starts with opening a repository, and every open waits
         // here until this has run.
+        // Objects are not hashed again at each read, as git reads them (`git fsck` checks):
+        // the cache's packs were checked when fetched (libgit2's indexer hashes every object),
+        // and a damaged object still fails its zlib checksum (Adler-32), which is what
+        // [`damages_cache`] looks for. Hashing was a sixth of reading a revision's blobs.
+        git2::opts::strict_hash_verification(false);
         unsafe {
             set_socket_timeouts();
             if let Err(e) = http::register() {
