@@ -313,4 +313,8 @@ impl Store for VersionCache {
     fn promises(&self) -> Promises {
         self.inner.promises()
     }
+
+    async fn settle(&self, timeout: std::time::Duration) -> bool {
+        self.inner.settle(timeout).await
+    }
 }

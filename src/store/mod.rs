@@ -13,6 +13,7 @@
 //! which promises less, see [`Promises`]) and [`memory`] (tests).
 
 pub mod cached;
+mod checkpoint;
 mod config;
 pub use config::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 
@@ -708,6 +709,15 @@ pub trait Store: Send + Sync + 'static {
     /// etcd and memory give it ([`Promises::ETCD_MODEL`]).
     fn promises(&self) -> Promises {
         Promises::ETCD_MODEL
+    }
+
+    /// Waits, at most `timeout`, for what the store does in the background after its commits
+    /// (SQLite: copying its write-ahead log back into the file, see `store::checkpoint`): what
+    /// a one-shot command does before it exits. Nothing committed depends on it; true when
+    /// nothing is left. Default: the store does nothing in the background.
+    async fn settle(&self, timeout: std::time::Duration) -> bool {
+        let _ = timeout;
+        true
     }
 }
 
