@@ -1022,20 +1022,21 @@ pub(crate) fn stamp_record(
     new
 }
 
-/// Rejects a transaction that writes one key twice (its outcome would depend on order).
-pub(crate) fn check_distinct(writes: &[Write]) -> Result<()> {
-    let mut seen = std::collections::HashSet::new();
-    for w in writes {
-        let key = w.key();
-        if !seen.insert(key.clone()) {
+/// Rejects a transaction that writes one key twice (its outcome would depend on order); gives
+/// each write's key, in order, for the backend to reuse.
+pub(crate) fn check_distinct(writes: &[Write]) -> Result<Vec<ObjectKey>> {
+    let keys: Vec<ObjectKey> = writes.iter().map(Write::key).collect();
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    for key in &keys {
+        if !seen.insert(key) {
             return Err(Error::Conflict {
-                key: Box::new(key),
+                key: Box::new(key.clone()),
                 expected: "one write per key in a transaction".into(),
                 found: "two writes".into(),
             });
         }
     }
-    Ok(())
+    Ok(keys)
 }
 
 /// Parses a stored value.

@@ -324,7 +324,7 @@ const SERIALIZE_APART: usize = 256;
 
 fn commit_blocking(
     conn: &mut Connection,
-    writes: Vec<Write>,
+    writes: Vec<(ObjectKey, Write)>,
     retain: u64,
     heads: &mut Heads,
 ) -> Result<Committed> {
@@ -335,24 +335,21 @@ fn commit_blocking(
     let revision = current + 1;
     // A create's text depends only on the object and the revision (nothing is there to read:
     // its insert refuses a row that is there), so it is made apart from the inserts.
-    let prepare = move |w: Write| {
-        let key = w.key();
-        match w {
-            Write::Put {
+    let prepare = move |(key, w): (ObjectKey, Write)| match w {
+        Write::Put {
+            object,
+            precondition: Precondition::Absent,
+        } if !key.is_reserved() => {
+            let stamp = stamp_of(None, &object, Some(revision));
+            let body = stamp.text(&object);
+            Prepared::Create {
+                key,
                 object,
-                precondition: Precondition::Absent,
-            } if !key.is_reserved() => {
-                let stamp = stamp_of(None, &object, Some(revision));
-                let body = stamp.text(&object);
-                Prepared::Create {
-                    key,
-                    object,
-                    stamp,
-                    body,
-                }
+                stamp,
+                body,
             }
-            w => Prepared::Other(key, w),
         }
+        w => Prepared::Other(key, w),
     };
     let many = writes.len() >= SERIALIZE_APART;
     std::thread::scope(|scope| {
@@ -434,6 +431,11 @@ fn commit_writes(
     let mut stored = Vec::new();
     let mut written = Vec::new();
     let mut seq = 0i64;
+    // Held for the whole loop: taking them from rusqlite's statement cache at each row hashed
+    // the SQL text twice per object.
+    let mut create_stmt = tx.prepare_cached(CREATE_SQL).map_err(backend("commit"))?;
+    let mut replace_stmt = tx.prepare_cached(REPLACE_SQL).map_err(backend("commit"))?;
+    let mut change_stmt = tx.prepare_cached(CHANGE_SQL).map_err(backend("commit"))?;
     for w in writes {
         let (key, create, new, body) = match w {
             Prepared::Create {
@@ -464,7 +466,7 @@ fn commit_writes(
                             ])
                         })
                         .map_err(backend("commit"))?;
-                        record_change(tx, revision, seq, &key, true)?;
+                        record_change(&mut change_stmt, revision, seq, &key, true)?;
                         seq += 1;
                         continue;
                     }
@@ -507,24 +509,22 @@ fn commit_writes(
                 (key, false, new, body)
             }
         };
-        let insert = if create {
-            "INSERT INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+        let (insert, stmt) = if create {
+            (CREATE_SQL, &mut create_stmt)
         } else {
-            "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            (REPLACE_SQL, &mut replace_stmt)
         };
         let inserted = if body.len() >= BIND_IN_PLACE {
             insert_in_place(tx, insert, &key, revision as i64, &body)
         } else {
-            tx.prepare_cached(insert).and_then(|mut s| {
-                s.execute(params![
-                    key.group(),
-                    key.kind(),
-                    key.namespace(),
-                    key.name(),
-                    revision as i64,
-                    body
-                ])
-            })
+            stmt.execute(params![
+                key.group(),
+                key.kind(),
+                key.namespace(),
+                key.name(),
+                revision as i64,
+                body
+            ])
         };
         if let Err(e) = inserted {
             if create && e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
@@ -534,7 +534,7 @@ fn commit_writes(
             return Err(backend("commit")(e));
         }
         stored.push(new);
-        record_change(tx, revision, seq, &key, false)?;
+        record_change(&mut change_stmt, revision, seq, &key, false)?;
         seq += 1;
     }
     Ok((stored, seq, written))
@@ -669,27 +669,32 @@ fn finish_commit(
     Ok(Committed { revision, stored })
 }
 
+/// The insert of a create: refused (a constraint violation) when the key is there.
+const CREATE_SQL: &str =
+    "INSERT INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// The insert of any other put: the row under the key replaced.
+const REPLACE_SQL: &str = "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// A change log entry.
+const CHANGE_SQL: &str = "INSERT INTO changes (rev, seq, grp, kind, ns, name, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// Records a change of `key` at (`revision`, `seq`) in the change log, through [`CHANGE_SQL`]
+/// prepared.
 fn record_change(
-    tx: &rusqlite::Transaction<'_>,
+    stmt: &mut rusqlite::CachedStatement<'_>,
     revision: u64,
     seq: i64,
     key: &ObjectKey,
     deleted: bool,
 ) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO changes (rev, seq, grp, kind, ns, name, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            revision as i64,
-            seq,
-            key.group(),
-            key.kind(),
-            key.namespace(),
-            key.name(),
-            deleted as i64
-        ])
-    })
+    stmt.execute(params![
+        revision as i64,
+        seq,
+        key.group(),
+        key.kind(),
+        key.namespace(),
+        key.name(),
+        deleted as i64
+    ])
     .map_err(backend("commit"))?;
     Ok(())
 }
@@ -1015,12 +1020,17 @@ impl Store for SqliteStore {
         if writes.is_empty() {
             return Ok(Committed::default());
         }
-        check_distinct(&writes)?;
+        let keys = check_distinct(&writes)?;
         let retain = self.opts.retain_revisions;
         let heads = self.heads.clone();
         self.with_conn("commit", move |c| {
             let mut heads = heads.lock().unwrap_or_else(|e| e.into_inner());
-            commit_blocking(c, writes, retain, &mut heads)
+            commit_blocking(
+                c,
+                keys.into_iter().zip(writes).collect(),
+                retain,
+                &mut heads,
+            )
         })
         .await
     }
