@@ -904,6 +904,8 @@ impl Stamp {
 pub struct Stored {
     object: Object,
     stamp: Option<Stamp>,
+    /// The key, when the store had it at hand (else read from the object when asked).
+    key: Option<ObjectKey>,
 }
 
 impl Stored {
@@ -912,12 +914,24 @@ impl Stored {
         Stored {
             object,
             stamp: Some(stamp),
+            key: None,
         }
+    }
+
+    /// This, with `key` (the object's own, as the store wrote it) kept for [`Self::key`], so
+    /// that a commit of 10,000 objects does not read each one's identity fields again.
+    pub(crate) fn with_key(mut self, key: ObjectKey) -> Self {
+        debug_assert!(key == self.object.key());
+        self.key = Some(key);
+        self
     }
 
     /// The object's key.
     pub fn key(&self) -> ObjectKey {
-        self.object.key()
+        match &self.key {
+            Some(k) => k.clone(),
+            None => self.object.key(),
+        }
     }
 
     /// `metadata.resourceVersion` as stored.
@@ -970,6 +984,7 @@ impl From<Object> for Stored {
         Stored {
             object,
             stamp: None,
+            key: None,
         }
     }
 }

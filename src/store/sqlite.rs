@@ -533,8 +533,8 @@ fn commit_writes(
             }
             return Err(backend("commit")(e));
         }
-        stored.push(new);
         record_change(&mut change_stmt, revision, seq, &key, false)?;
+        stored.push(new.with_key(key));
         seq += 1;
     }
     Ok((stored, seq, written))
