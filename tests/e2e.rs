@@ -126,6 +126,34 @@ fn every_object_of_a_large_app_gets_its_own_status() {
     );
 }
 
+/// A command that writes much leaves SQLite's write-ahead log copied back into the store file
+/// when it ends, as SQLite's automatic checkpoint did inside the commit: the checkpoint runs on
+/// a thread of the store, and every command waits for it before it exits (not only `sync`:
+/// a `store put` that ended first left a log growing by its size at every put).
+#[test]
+fn a_large_store_put_leaves_the_log_checkpointed() {
+    let env = Env::new();
+    let data = "x".repeat(2000);
+    let mut yaml = String::new();
+    for i in 0..3000 {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i:05}, namespace: bulk}}\ndata: {{v: {data}}}\n"
+        ));
+    }
+    env.put(&yaml);
+    // About 6 MB: in the file itself, not only in its log.
+    let size = std::fs::metadata(env.dir.path().join("store.db"))
+        .unwrap()
+        .len();
+    assert!(size > 5_000_000, "store.db holds {size} bytes");
+    let out = env.run(&["store", "list", "-n", "bulk"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out).lines().filter(|l| l.contains("c0")).count(),
+        3000
+    );
+}
+
 #[test]
 fn a_no_op_resync_writes_nothing() {
     let env = Env::new();

@@ -331,7 +331,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = runtime.block_on(run_command(cli));
+    let result = runtime.block_on(async {
+        let result = run_command(cli).await;
+        open::settle_opened().await;
+        result
+    });
     // Do not wait for blocking tasks still running (a fetch from a silent server).
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {

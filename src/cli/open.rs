@@ -30,7 +30,34 @@ pub async fn open_store(cfg: &Loaded) -> anyhow::Result<Arc<dyn Store>> {
     }
     let store = SqliteStore::open(&path, Default::default())
         .with_context(|| format!("cannot open the store at {}", path.display()))?;
-    Ok(Arc::new(store))
+    let store: Arc<dyn Store> = Arc::new(store);
+    OPENED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(store.clone());
+    Ok(store)
+}
+
+/// The SQLite stores this process opened, kept until [`settle_opened`].
+static OPENED: std::sync::Mutex<Vec<Arc<dyn Store>>> = std::sync::Mutex::new(Vec::new());
+
+/// How long a command waits at its end for the stores' background work.
+const SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits, before the process exits, for what the stores it opened still do in the background
+/// ([`Store::settle`]: SQLite's checkpoint of what this process wrote), at most 60 s each: so
+/// that every command (`sync`, `store put`, the agent when it stops) leaves the write-ahead log
+/// copied back into the file, as SQLite's automatic checkpoint did inside the commit.
+pub(super) async fn settle_opened() {
+    let opened = std::mem::take(&mut *OPENED.lock().unwrap_or_else(|e| e.into_inner()));
+    for store in opened {
+        if !store.settle(SETTLE_TIMEOUT).await {
+            eprintln!(
+                "warning: the store's write-ahead log was not checkpointed within {} s",
+                SETTLE_TIMEOUT.as_secs()
+            );
+        }
+    }
 }
 
 /// The field manager of `driftless store put` on Kubernetes: what it writes is someone else's

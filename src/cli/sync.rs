@@ -91,11 +91,6 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
             eprintln!("warning: not every commit status was posted within 60 s");
         }
     }
-    // The store's background work (SQLite: the checkpoint of what this sync wrote) ends
-    // before the process does, bounded as the commit statuses are.
-    if !store.settle(std::time::Duration::from_secs(60)).await {
-        eprintln!("warning: the store's write-ahead log was not checkpointed within 60 s");
-    }
     Ok(if all_synced { 0 } else { 1 })
 }
 

@@ -130,8 +130,8 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 /// A store made by an earlier version keeps `objects` as a `WITHOUT ROWID` table keyed by the
-/// object's key: moved into the [`SCHEMA`] layout, rows and all, in the transaction that finds
-/// it (the change log and the revision are untouched).
+/// object's key: moved into the [`SCHEMA`] layout, rows and all, in one transaction, when an
+/// open can ([`move_layout`]); the change log and the revision are untouched.
 const MIGRATE_OBJECTS: &str = "
 CREATE TABLE objects_rowid (
     grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
@@ -143,6 +143,44 @@ DROP TABLE objects;
 ALTER TABLE objects_rowid RENAME TO objects;
 ";
 
+/// True when `objects` is in the earlier `WITHOUT ROWID` layout ([`MIGRATE_OBJECTS`]).
+fn without_rowid(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'objects' AND sql LIKE '%WITHOUT ROWID%'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )
+}
+
+/// Moves a store in the earlier layout into the current one ([`MIGRATE_OBJECTS`]) if that can
+/// be done now: without waiting for another process's write lock, and where the file can grow
+/// by about its size. Otherwise the store is used as it is, which works (only lookups near
+/// large records are slower), and moved at a later open: a read must not fail, nor wait, for
+/// want of a migration.
+fn move_layout(conn: &mut Connection, opts: &Options) {
+    let moved = conn.busy_timeout(Duration::ZERO).and_then(|()| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if without_rowid(&tx)? {
+            tx.execute_batch(MIGRATE_OBJECTS)?;
+            tx.execute_batch(SCHEMA)?;
+        }
+        tx.commit()
+    });
+    if let Err(e) = conn.busy_timeout(opts.busy_timeout) {
+        tracing::warn!(error = %e, "Cannot set the store's busy timeout again");
+    }
+    match moved {
+        Ok(()) => tracing::info!("The store's objects table was moved into the current layout"),
+        Err(e) if is_busy(&e) => tracing::info!(
+            "The store keeps its earlier layout for now: another process holds its write lock (moved at a later open)"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "The store keeps its earlier layout for now (moving it needs the write lock and about the store's size of free disk; moved at a later open)"
+        ),
+    }
+}
+
 /// How many of the [`SCHEMA`]'s tables and index the file has.
 fn schema_parts(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row(
@@ -152,26 +190,28 @@ fn schema_parts(conn: &Connection) -> rusqlite::Result<i64> {
     )
 }
 
-/// Opens the file and creates the tables (or moves an earlier version's into their layout,
-/// [`MIGRATE_OBJECTS`]), retrying while another process holds the lock (two processes opening
-/// a new store at once), up to the busy timeout.
+/// Opens the file and creates the tables, retrying while another process holds the lock (two
+/// processes opening a new store at once), up to the busy timeout; an earlier version's layout
+/// is moved into the current one when that can be done at once ([`move_layout`]).
 fn open_and_prepare(path: &Path, opts: &Options) -> rusqlite::Result<Connection> {
     let deadline = std::time::Instant::now() + opts.busy_timeout;
     loop {
         let attempt = connect(path, opts).and_then(|mut conn| {
-            if schema_parts(&conn)? < 4 {
-                // Looked at again under the write lock: another process may have done it.
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let without_rowid: bool = tx.query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'objects' AND sql LIKE '%WITHOUT ROWID%'",
-                    [],
-                    |r| r.get::<_, i64>(0).map(|n| n > 0),
-                )?;
-                if without_rowid {
-                    tx.execute_batch(MIGRATE_OBJECTS)?;
+            match schema_parts(&conn)? {
+                4.. => {}
+                // Every table there, `objects` in the earlier layout: it works as it is (the
+                // same statements), so it is moved only when that can be done now.
+                3 if without_rowid(&conn)? => move_layout(&mut conn, opts),
+                // A new store (or one missing a table): made, waiting for the write lock.
+                _ => {
+                    // Looked at again under the lock: another process may have done it.
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    if without_rowid(&tx)? {
+                        tx.execute_batch(MIGRATE_OBJECTS)?;
+                    }
+                    tx.execute_batch(SCHEMA)?;
+                    tx.commit()?;
                 }
-                tx.execute_batch(SCHEMA)?;
-                tx.commit()?;
             }
             Ok(conn)
         });
@@ -1181,15 +1221,11 @@ mod tests {
         assert_eq!(listed.objects.len(), 3000);
     }
 
-    /// A store an earlier version made (`objects` keyed `WITHOUT ROWID`) is moved into the
-    /// current layout when opened, rows, revision and change log kept.
-    #[tokio::test]
-    async fn an_earlier_versions_store_is_moved_into_the_current_layout() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        {
-            let old = Connection::open(&path).unwrap();
-            old.execute_batch(
+    /// A store file in the earlier layout (`objects` keyed `WITHOUT ROWID`) holding one
+    /// ConfigMap at revision 7.
+    fn old_layout_store(path: &Path) {
+        let old = Connection::open(path).unwrap();
+        old.execute_batch(
                 "PRAGMA journal_mode=WAL;
                  CREATE TABLE objects (grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
                      rev INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (grp, kind, ns, name)) WITHOUT ROWID;
@@ -1203,7 +1239,15 @@ mod tests {
                  INSERT INTO meta VALUES ('revision', 7);",
             )
             .unwrap();
-        }
+    }
+
+    /// A store an earlier version made is moved into the current layout when opened, rows,
+    /// revision and change log kept.
+    #[tokio::test]
+    async fn an_earlier_versions_store_is_moved_into_the_current_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        old_layout_store(&path);
         let store = SqliteStore::open(&path, Options::default()).unwrap();
         let key = ObjectKey::new("", "ConfigMap", "default", "c");
         let found = store.get(&key).await.unwrap().expect("the row was moved");
@@ -1226,6 +1270,35 @@ mod tests {
         drop(store);
         let reopened = SqliteStore::open(&path, Options::default()).unwrap();
         assert!(reopened.get(&key).await.unwrap().is_some());
+    }
+
+    /// While another process holds the write lock, an earlier version's store opens at once
+    /// and reads as it is (no wait for the lock, no failure); the next open moves it.
+    #[tokio::test]
+    async fn an_earlier_layout_is_read_as_it_is_while_another_process_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        old_layout_store(&path);
+        let mut holder = Connection::open(&path).unwrap();
+        let lock = holder
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        let started = std::time::Instant::now();
+        let store = SqliteStore::open(&path, Options::default()).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "waited {:?} for the lock",
+            started.elapsed()
+        );
+        let key = ObjectKey::new("", "ConfigMap", "default", "c");
+        let found = store.get(&key).await.unwrap().expect("read as it is");
+        assert_eq!(found.resource_version(), Some(7));
+        assert!(without_rowid(&Connection::open(&path).unwrap()).unwrap());
+        lock.rollback().unwrap();
+        drop(store);
+        let store = SqliteStore::open(&path, Options::default()).unwrap();
+        assert!(!without_rowid(&Connection::open(&path).unwrap()).unwrap());
+        assert!(store.get(&key).await.unwrap().is_some());
     }
 
     fn config_map_named(name: &str) -> Write {
