@@ -1,7 +1,7 @@
 //! Computation on all cores: [`map`] cuts a slice into pieces that one scoped thread per core
-//! takes in turn, giving the results in the slice's order. For pure
-//! work over many items (parsing files, planning objects, decoding stored bodies): the threads
-//! do no I/O and end before it returns; each runs in a `par` tracing span named by the caller.
+//! takes in turn, giving the results in the slice's order. For pure work over many items
+//! (parsing files, planning objects, decoding stored bodies): the threads do no I/O and end
+//! before it returns; each runs in a `par` tracing span named by the caller.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -713,8 +713,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Waits, at most `timeout`, for what the store does in the background after its commits
     /// (SQLite: copying its write-ahead log back into the file, see `store::checkpoint`): what
-    /// a one-shot command does before it exits. Nothing committed depends on it; true when
-    /// nothing is left. Default: the store does nothing in the background.
+    /// every command does before the process exits. Nothing committed depends on it; true
+    /// when nothing is left. Default: the store does nothing in the background.
     async fn settle(&self, timeout: std::time::Duration) -> bool {
         let _ = timeout;
         true

@@ -129,21 +129,8 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// A store made by an earlier version keeps `objects` as a `WITHOUT ROWID` table keyed by the
-/// object's key: moved into the [`SCHEMA`] layout, rows and all, in one transaction, when an
-/// open can ([`move_layout`]); the change log and the revision are untouched.
-const MIGRATE_OBJECTS: &str = "
-CREATE TABLE objects_rowid (
-    grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
-    rev INTEGER NOT NULL, body TEXT NOT NULL
-);
-INSERT INTO objects_rowid (grp, kind, ns, name, rev, body)
-    SELECT grp, kind, ns, name, rev, body FROM objects;
-DROP TABLE objects;
-ALTER TABLE objects_rowid RENAME TO objects;
-";
-
-/// True when `objects` is in the earlier `WITHOUT ROWID` layout ([`MIGRATE_OBJECTS`]).
+/// True when `objects` is in an earlier version's layout: a `WITHOUT ROWID` table keyed by the
+/// object's key ([`prepare_schema`] moves it).
 fn without_rowid(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'objects' AND sql LIKE '%WITHOUT ROWID%'",
@@ -152,20 +139,37 @@ fn without_rowid(conn: &Connection) -> rusqlite::Result<bool> {
     )
 }
 
-/// Moves a store in the earlier layout into the current one ([`MIGRATE_OBJECTS`]) if that can
-/// be done now: without waiting for another process's write lock, and where the file can grow
-/// by about its size. Otherwise the store is used as it is, which works (only lookups near
-/// large records are slower), and moved at a later open: a read must not fail, nor wait, for
-/// want of a migration.
+/// Makes the [`SCHEMA`]'s tables in one `IMMEDIATE` transaction (waiting for the write lock up
+/// to the busy timeout), looking again under the lock (another process may have done it): the
+/// missing ones created, and an earlier version's `objects` ([`without_rowid`]) moved into the
+/// current layout, rows and all (renamed aside, the new table made, the rows copied, the old
+/// one dropped); the change log and the revision are untouched.
+fn prepare_schema(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let earlier = without_rowid(&tx)?;
+    if earlier {
+        tx.execute_batch("ALTER TABLE objects RENAME TO objects_without_rowid;")?;
+    }
+    tx.execute_batch(SCHEMA)?;
+    if earlier {
+        tx.execute_batch(
+            "INSERT INTO objects (grp, kind, ns, name, rev, body)
+                 SELECT grp, kind, ns, name, rev, body FROM objects_without_rowid;
+             DROP TABLE objects_without_rowid;",
+        )?;
+    }
+    tx.commit()
+}
+
+/// Moves a store in an earlier version's layout into the current one ([`prepare_schema`]) if
+/// that can be done now: without waiting for another process's write lock, and where the file
+/// can grow by about its size. Otherwise the store is used as it is, which works (the same
+/// statements; only lookups near large records are slower), and moved at a later open: a read
+/// must not fail, nor wait, for want of a migration.
 fn move_layout(conn: &mut Connection, opts: &Options) {
-    let moved = conn.busy_timeout(Duration::ZERO).and_then(|()| {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if without_rowid(&tx)? {
-            tx.execute_batch(MIGRATE_OBJECTS)?;
-            tx.execute_batch(SCHEMA)?;
-        }
-        tx.commit()
-    });
+    let moved = conn
+        .busy_timeout(Duration::ZERO)
+        .and_then(|()| prepare_schema(conn));
     if let Err(e) = conn.busy_timeout(opts.busy_timeout) {
         tracing::warn!(error = %e, "Cannot set the store's busy timeout again");
     }
@@ -203,15 +207,7 @@ fn open_and_prepare(path: &Path, opts: &Options) -> rusqlite::Result<Connection>
                 // same statements), so it is moved only when that can be done now.
                 3 if without_rowid(&conn)? => move_layout(&mut conn, opts),
                 // A new store (or one missing a table): made, waiting for the write lock.
-                _ => {
-                    // Looked at again under the lock: another process may have done it.
-                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    if without_rowid(&tx)? {
-                        tx.execute_batch(MIGRATE_OBJECTS)?;
-                    }
-                    tx.execute_batch(SCHEMA)?;
-                    tx.commit()?;
-                }
+                _ => prepare_schema(&mut conn)?,
             }
             Ok(conn)
         });
