@@ -98,6 +98,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use super::{Assessment, Health, conditions_in, cstr};
+use crate::health::Live;
 use crate::object::Object;
 
 /// The kinds known to have a status subresource, by API group and kind: read from
@@ -512,7 +513,7 @@ pub(super) fn word(value: &str) -> Option<Word> {
 /// `status.ancestors[].conditions`), then those of a sub-status one level down
 /// (`status.podStatus.conditions`: a status that reports a pod's or a component's conditions
 /// as its own).
-fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
+fn conditions(obj: &Live) -> Vec<&Map<String, Value>> {
     let Some(status) = obj.get("status") else {
         return Vec::new();
     };
@@ -671,7 +672,7 @@ fn int(v: Option<&Value>) -> Option<i64> {
 /// The replica counters: `Some((ready, desired))` when the status has counters and one of them
 /// is behind the desired count, `Some` with equal numbers when they caught up, `None` when the
 /// status has no counters.
-fn counters(obj: &Object, status: &Value) -> Option<(String, bool)> {
+fn counters(obj: &Live, status: &Value) -> Option<(String, bool)> {
     // DaemonSet's convention (`numberReady` of `desiredNumberScheduled`), kept by DaemonSet-like
     // kinds of other groups.
     if let (Some(ready), Some(desired)) = (
@@ -746,7 +747,7 @@ fn text_counters(status: &Value) -> Option<(String, bool)> {
 }
 
 /// The generic rules (see the module documentation), for an object that is not being deleted.
-pub(super) fn assess(obj: &Object, status_kinds: &StatusKinds) -> Assessment {
+pub(super) fn assess(obj: &Live, status_kinds: &StatusKinds) -> Assessment {
     let new = Assessment::new;
     // 1. Suspended.
     for flag in ["suspend", "paused"] {
@@ -966,7 +967,7 @@ mod tests {
             "status": status,
         }))
         .unwrap();
-        assess(&obj, &StatusKinds::none())
+        assess(&Live::of(&obj), &StatusKinds::none())
     }
 
     /// A status that reads as healthy on its own: any mix of all-is-well conditions True, a

@@ -121,28 +121,81 @@ pub fn explain(
             Rule::Lifecycle,
         );
     };
-    if obj
-        .metadata()
-        .get("deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-    {
-        return (
-            Assessment::new(Health::Progressing, "Pending deletion"),
-            Rule::Lifecycle,
-        );
+    let live = Live::of(obj);
+    if let Some(found) = lifecycle(&live) {
+        return found;
     }
     if let Some(found) = rules.assess(obj) {
         return found;
     }
-    builtin_explained(obj, kinds)
+    builtin_explained(&live, kinds)
+}
+
+/// [`assess`] by the built-in rules alone (no custom rules) of an object present, whose
+/// `metadata.generation` is `generation` although `object` may say otherwise: a store keeps
+/// the metadata it sets apart from an object it wrote ([`crate::store::Stored`]), and judging
+/// it this way needs no copy of the object with that field set. The other fields a store sets
+/// (`resourceVersion`, `creationTimestamp`) are read by no built-in rule.
+pub fn assess_builtin_at(object: &Object, generation: u64, kinds: &StatusKinds) -> Assessment {
+    let live = Live::new(object.clone(), generation);
+    match lifecycle(&live) {
+        Some((a, _)) => a,
+        None => builtin_explained(&live, kinds).0,
+    }
+}
+
+/// `Progressing` for an object being deleted (`metadata.deletionTimestamp`), whatever its kind.
+fn lifecycle(obj: &Live) -> Option<(Assessment, Rule)> {
+    obj.metadata()
+        .get("deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+        .then(|| {
+            (
+                Assessment::new(Health::Progressing, "Pending deletion"),
+                Rule::Lifecycle,
+            )
+        })
 }
 
 /// The built-in rules alone (no custom rules).
 pub fn builtin(obj: &Object, kinds: &StatusKinds) -> Assessment {
-    builtin_explained(obj, kinds).0
+    builtin_explained(&Live::of(obj), kinds).0
 }
 
-fn builtin_explained(obj: &Object, kinds: &StatusKinds) -> (Assessment, Rule) {
+/// The object the built-in rules judge: an [`Object`] (a shared handle: no copy of it is
+/// made) and the `metadata.generation` they read, which [`Live::generation`] gives in place
+/// of the object's own (see [`assess_builtin_at`]). Every rule of this module and its
+/// submodules takes a `&Live`, so that none reads the generation from the object itself.
+pub(crate) struct Live {
+    object: Object,
+    generation: u64,
+}
+
+impl Live {
+    fn new(object: Object, generation: u64) -> Self {
+        Live { object, generation }
+    }
+
+    /// `object` with its own `metadata.generation`.
+    pub(crate) fn of(object: &Object) -> Self {
+        Live::new(object.clone(), object.generation())
+    }
+
+    /// `metadata.generation` as the store set it (0 when absent).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl std::ops::Deref for Live {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        &self.object
+    }
+}
+
+fn builtin_explained(obj: &Live, kinds: &StatusKinds) -> (Assessment, Rule) {
     if let Some(a) = kind_rule(obj) {
         return (a, Rule::Builtin);
     }
@@ -150,7 +203,7 @@ fn builtin_explained(obj: &Object, kinds: &StatusKinds) -> (Assessment, Rule) {
 }
 
 /// The built-in rule written for the object's group and kind, if there is one.
-fn kind_rule(obj: &Object) -> Option<Assessment> {
+fn kind_rule(obj: &Live) -> Option<Assessment> {
     let group = obj.group();
     Some(match (group, obj.kind()) {
         ("apps" | "extensions", "Deployment") => deployment(obj),
@@ -177,24 +230,24 @@ fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(v, |cur, k| cur.get(*k))
 }
 
-fn field<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a Value> {
+fn field<'a>(obj: &'a Live, path: &[&str]) -> Option<&'a Value> {
     let (first, rest) = path.split_first()?;
     at(obj.get(first)?, rest)
 }
 
-fn int(obj: &Object, path: &[&str]) -> Option<i64> {
+fn int(obj: &Live, path: &[&str]) -> Option<i64> {
     field(obj, path).and_then(Value::as_i64)
 }
 
-fn int0(obj: &Object, path: &[&str]) -> i64 {
+fn int0(obj: &Live, path: &[&str]) -> i64 {
     int(obj, path).unwrap_or(0)
 }
 
-fn string<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a str> {
+fn string<'a>(obj: &'a Live, path: &[&str]) -> Option<&'a str> {
     field(obj, path).and_then(Value::as_str)
 }
 
-fn conditions(obj: &Object) -> Vec<&Map<String, Value>> {
+fn conditions(obj: &Live) -> Vec<&Map<String, Value>> {
     conditions_in(field(obj, &["status", "conditions"]))
 }
 
@@ -220,14 +273,14 @@ pub(super) fn cstr<'a>(c: &'a Map<String, Value>, k: &str) -> &'a str {
 }
 
 /// `status.observedGeneration` has caught up with `metadata.generation`.
-fn observed(obj: &Object) -> bool {
+fn observed(obj: &Live) -> bool {
     obj.generation() as i64 <= int0(obj, &["status", "observedGeneration"])
 }
 
 // ---------------------------------------------------------------------------------------------
 // Built-in rules (after gitops-engine pkg/health).
 
-fn deployment(obj: &Object) -> Assessment {
+fn deployment(obj: &Live) -> Assessment {
     if field(obj, &["spec", "paused"]).and_then(Value::as_bool) == Some(true) {
         return Assessment::new(Health::Suspended, "Deployment is paused");
     }
@@ -279,7 +332,7 @@ fn deployment(obj: &Object) -> Assessment {
     Assessment::new(Health::Healthy, "")
 }
 
-fn statefulset(obj: &Object) -> Assessment {
+fn statefulset(obj: &Live) -> Assessment {
     let observed_gen = int0(obj, &["status", "observedGeneration"]);
     if observed_gen == 0 || obj.generation() as i64 > observed_gen {
         return Assessment::new(
@@ -344,7 +397,7 @@ fn statefulset(obj: &Object) -> Assessment {
     )
 }
 
-fn daemonset(obj: &Object) -> Assessment {
+fn daemonset(obj: &Live) -> Assessment {
     if !observed(obj) {
         return Assessment::new(
             Health::Progressing,
@@ -381,7 +434,7 @@ fn daemonset(obj: &Object) -> Assessment {
     Assessment::new(Health::Healthy, "")
 }
 
-fn replicaset(obj: &Object) -> Assessment {
+fn replicaset(obj: &Live) -> Assessment {
     if !observed(obj) {
         return Assessment::new(
             Health::Progressing,
@@ -408,7 +461,7 @@ fn replicaset(obj: &Object) -> Assessment {
     Assessment::new(Health::Healthy, "")
 }
 
-fn pod(obj: &Object) -> Assessment {
+fn pod(obj: &Live) -> Assessment {
     let message = string(obj, &["status", "message"])
         .unwrap_or("")
         .to_string();
@@ -468,7 +521,7 @@ fn pod(obj: &Object) -> Assessment {
     }
 }
 
-fn job(obj: &Object) -> Assessment {
+fn job(obj: &Live) -> Assessment {
     let (mut complete, mut failed, mut suspended) = (false, false, false);
     let (mut message, mut fail_message) = (String::new(), String::new());
     for c in conditions(obj) {
@@ -503,7 +556,7 @@ fn job(obj: &Object) -> Assessment {
     }
 }
 
-fn pvc(obj: &Object) -> Assessment {
+fn pvc(obj: &Live) -> Assessment {
     match string(obj, &["status", "phase"]).unwrap_or("") {
         "Lost" => Assessment::new(Health::Degraded, ""),
         "Pending" => Assessment::new(Health::Progressing, ""),
@@ -512,13 +565,13 @@ fn pvc(obj: &Object) -> Assessment {
     }
 }
 
-fn has_ingress_points(obj: &Object) -> bool {
+fn has_ingress_points(obj: &Live) -> bool {
     field(obj, &["status", "loadBalancer", "ingress"])
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty())
 }
 
-fn service(obj: &Object) -> Assessment {
+fn service(obj: &Live) -> Assessment {
     if string(obj, &["spec", "type"]) == Some("LoadBalancer") && !has_ingress_points(obj) {
         return Assessment::new(
             Health::Progressing,
@@ -528,7 +581,7 @@ fn service(obj: &Object) -> Assessment {
     Assessment::new(Health::Healthy, "")
 }
 
-fn ingress(obj: &Object) -> Assessment {
+fn ingress(obj: &Live) -> Assessment {
     if has_ingress_points(obj) {
         Assessment::new(Health::Healthy, "")
     } else {
@@ -539,7 +592,7 @@ fn ingress(obj: &Object) -> Assessment {
     }
 }
 
-fn hpa(obj: &Object) -> Assessment {
+fn hpa(obj: &Live) -> Assessment {
     // autoscaling/v1 keeps its conditions in an annotation.
     let conds: Vec<Map<String, Value>> = if obj.version() == "v1" {
         obj.metadata()
@@ -570,7 +623,7 @@ fn hpa(obj: &Object) -> Assessment {
     Assessment::new(Health::Progressing, "Waiting to Autoscale")
 }
 
-fn apiservice(obj: &Object) -> Assessment {
+fn apiservice(obj: &Live) -> Assessment {
     let conds = conditions(obj);
     match condition(&conds, "Available") {
         Some(c) if cstr(c, "status") == "True" => {
@@ -588,7 +641,7 @@ fn apiservice(obj: &Object) -> Assessment {
 /// active and `status.lastSuccessfulTime` before `status.lastScheduleTime`, RFC 3339 times that
 /// compare as text) is Degraded; otherwise Healthy: nothing in its status says a schedule was
 /// missed (Kubernetes' CronJob documentation, "Job creation").
-fn cronjob(obj: &Object) -> Assessment {
+fn cronjob(obj: &Live) -> Assessment {
     if field(obj, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true) {
         return Assessment::new(Health::Suspended, "spec.suspend is true");
     }
@@ -616,7 +669,7 @@ fn cronjob(obj: &Object) -> Assessment {
 /// A CustomResourceDefinition: `NonStructuralSchema=True` is Degraded (the API server serves it
 /// but refuses to publish its schema); `Terminating=True` is Progressing; `Established=True`
 /// and `NamesAccepted=True` are Healthy; otherwise Progressing (the apiextensions conditions).
-fn crd(obj: &Object) -> Assessment {
+fn crd(obj: &Live) -> Assessment {
     let conds = conditions(obj);
     let is = |t: &str, s: &str| condition(&conds, t).is_some_and(|c| cstr(c, "status") == s);
     let say = |t: &str| {
@@ -1024,6 +1077,46 @@ mod tests {
             ),
             Health::Progressing
         );
+    }
+
+    /// The built-in rules read the generation given beside an object (a store's), not the
+    /// object's own: every kind whose rule reads it, with a status of generation 2.
+    #[test]
+    fn builtin_rules_read_the_generation_given_beside_the_object() {
+        let kinds = StatusKinds::none();
+        for (api_version, kind) in [
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("apps/v1", "ReplicaSet"),
+            ("example.com/v1", "Widget"),
+        ] {
+            let status = json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+                "readyReplicas": 1, "availableReplicas": 1, "currentReplicas": 1,
+                "desiredNumberScheduled": 1, "updatedNumberScheduled": 1, "numberAvailable": 1,
+                "numberReady": 1, "currentRevision": "r", "updateRevision": "r"});
+            let at = |generation: Option<u64>| {
+                let mut meta = json!({"name": "x"});
+                if let Some(g) = generation {
+                    meta["generation"] = json!(g);
+                }
+                obj(
+                    json!({"apiVersion": api_version, "kind": kind, "metadata": meta,
+                    "spec": {"replicas": 1}, "status": status}),
+                )
+            };
+            let behind = builtin(&at(Some(3)), &kinds);
+            assert_eq!(behind.health, Health::Progressing, "{kind}: {behind:?}");
+            assert_ne!(builtin(&at(Some(2)), &kinds), behind, "{kind}");
+            // The object says nothing (or generation 2): the generation given decides.
+            assert_eq!(assess_builtin_at(&at(None), 3, &kinds), behind, "{kind}");
+            assert_eq!(assess_builtin_at(&at(Some(2)), 3, &kinds), behind, "{kind}");
+            assert_eq!(
+                assess_builtin_at(&at(Some(3)), 2, &kinds),
+                builtin(&at(Some(2)), &kinds),
+                "{kind}"
+            );
+        }
     }
 
     #[test]

@@ -1515,14 +1515,24 @@ impl App {
             };
             judged.push((step, sync_status, message));
         }
-        // The stored object with the store's metadata (a copy made per object, dropped once
-        // judged), and its health: pure work on all cores, unless a Lua rule must run on
-        // this thread (`assess_health` moves it off the runtime's).
+        // The stored object's health: pure work on all cores, unless a Lua rule must run on
+        // this thread (`assess_health` moves it off the runtime's). The built-in rules read
+        // the store's `metadata.generation` in place of the object's; custom rules get the
+        // object with the store's metadata set (a copy made per object, dropped once judged).
+        let custom = !self.health_rules.is_empty();
         let judge = |(step, sync_status, message): &Judged<'_>| {
-            let live = outcome.live.get(&step.key).map(|s| s.object());
-            let live = live.as_deref();
-            let health = super::assess_health(live, &self.health_rules, &status_kinds);
-            let version = version_of(&step.key, live);
+            let stored = outcome.live.get(&step.key);
+            let health = match stored {
+                Some(s) if !custom => {
+                    health::assess_builtin_at(s.unstamped(), s.generation(), &status_kinds)
+                }
+                _ => super::assess_health(
+                    stored.map(|s| s.object()).as_deref(),
+                    &self.health_rules,
+                    &status_kinds,
+                ),
+            };
+            let version = version_of(&step.key, stored.map(|s| s.unstamped()));
             // Shared from here on: the status keeps this one (no second copy of 100,000
             // of them next to the list they were judged into).
             let r = resource(&step.key, version, *sync_status, health, message.clone());

@@ -942,6 +942,14 @@ impl Stored {
         }
     }
 
+    /// `metadata.generation` as stored (0 when absent).
+    pub fn generation(&self) -> u64 {
+        match &self.stamp {
+            Some(st) => st.generation,
+            None => self.object.generation(),
+        }
+    }
+
     /// The stored object, the store's metadata applied (a copy when it was kept apart).
     pub fn object(&self) -> std::borrow::Cow<'_, Object> {
         match &self.stamp {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::super::{Assessment, Health, conditions_in, cstr};
 use super::{conditions, find, say, state, status, str_at, value, verdict, waiting};
-use crate::object::Object;
+use crate::health::Live;
 
 /// Argo CD ApplicationSet, by the conditions its controller writes: `ErrorOccurred=True` (the
 /// generators, a template, an Application's validation, creation, update or deletion failed;
@@ -32,7 +32,7 @@ use crate::object::Object;
 /// `applicationset/controllers/applicationset_controller.go` (`setApplicationSetStatusCondition`)
 /// and `applicationset/progressivesync/progressive_sync.go` (`getProgressingCondition`,
 /// `getInvalidRolloutConfig`).
-pub(super) fn application_set(obj: &Object) -> Assessment {
+pub(super) fn application_set(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("the ApplicationSet controller");
     }

@@ -15,7 +15,7 @@ use super::{
     Assessment, Cond, Health, annotation, conditions_in, cstr, find, generation_lag, int_at,
     phase_message, say, state, status, str_at, terminal_reason, true_at, value, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// The conditions of a Cluster API object, by shape.
 struct Lists<'a> {
@@ -28,7 +28,7 @@ struct Lists<'a> {
 }
 
 /// Reads both condition lists of an object.
-fn lists(obj: &Object) -> Lists<'_> {
+fn lists(obj: &Live) -> Lists<'_> {
     let top = conditions_in(value(obj, &["status", "conditions"]));
     let v1beta2 = value(obj, &["status", "v1beta2", "conditions"]);
     let deprecated = value(obj, &["status", "deprecated", "v1beta1", "conditions"]);
@@ -53,7 +53,7 @@ fn lists(obj: &Object) -> Lists<'_> {
 }
 
 /// A `status` field of v1beta1, or its copy in `status.deprecated.v1beta1` of v1beta2.
-fn deprecated_str<'a>(obj: &'a Object, field: &str) -> Option<&'a str> {
+fn deprecated_str<'a>(obj: &'a Live, field: &str) -> Option<&'a str> {
     str_at(obj, &["status", field])
         .or_else(|| str_at(obj, &["status", "deprecated", "v1beta1", field]))
         .map(str::trim)
@@ -68,7 +68,7 @@ fn deprecated_str<'a>(obj: &'a Object, field: &str) -> Option<&'a str> {
 /// whose reason names a failure (`InternalError`, `ReconcileFailed`, `ProbeFailed`, ...);
 /// phase `Deleting`/`Deleted`, a `Deleting=True` condition, or the latest spec not observed yet
 /// is `Progressing`.
-fn common(obj: &Object, lists: &Lists) -> Option<Assessment> {
+fn common(obj: &Live, lists: &Lists) -> Option<Assessment> {
     if true_at(obj, &["spec", "paused"]) {
         return Some(verdict(Health::Suspended, "spec.paused is true"));
     }
@@ -178,7 +178,7 @@ struct Summary {
 /// fewer available replicas than desired is `Progressing`; then the summary condition (v1beta2
 /// first): `True` is `Healthy`, otherwise `Progressing` (a `False` that named a failure was read
 /// by [`common`]); with neither, the done phase is `Healthy`.
-fn summary(obj: &Object, lists: &Lists, kind: &Summary) -> Assessment {
+fn summary(obj: &Live, lists: &Lists, kind: &Summary) -> Assessment {
     if let Some(c) = CAPI_IN_PROGRESS
         .iter()
         .filter_map(|t| find(&lists.current, t))
@@ -230,7 +230,7 @@ fn summary(obj: &Object, lists: &Lists, kind: &Summary) -> Assessment {
 /// `status.availableReplicas`, else `status.readyReplicas`; a count missing beside
 /// `status.replicas` is zero (the fields are `omitempty`); `None` when the status counts no
 /// replicas.
-fn available_replicas(obj: &Object) -> Option<i64> {
+fn available_replicas(obj: &Live) -> Option<i64> {
     int_at(obj, &["status", "availableReplicas"])
         .or_else(|| int_at(obj, &["status", "readyReplicas"]))
         .or_else(|| {
@@ -279,7 +279,7 @@ fn available_replicas(obj: &Object) -> Option<i64> {
 /// `core/reconcilers/machinedeployment/machinedeployment_status.go` and
 /// `core/reconcilers/machinepool/machinepool_controller_phases.go` set them, and
 /// `core/reconcilers/machinehealthcheck/machinehealthcheck_controller.go`.
-pub(super) fn assess(obj: &Object) -> Option<Assessment> {
+pub(super) fn assess(obj: &Live) -> Option<Assessment> {
     let lists = lists(obj);
     let kind = match obj.kind() {
         "Cluster" => Summary {
@@ -333,7 +333,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
 }
 
 /// MachineHealthCheck (see [`assess`]).
-fn machine_health_check(obj: &Object, lists: &Lists) -> Assessment {
+fn machine_health_check(obj: &Live, lists: &Lists) -> Assessment {
     if let Some(a) = common(obj, lists) {
         return a;
     }
@@ -365,7 +365,7 @@ fn machine_health_check(obj: &Object, lists: &Lists) -> Assessment {
 }
 
 /// ClusterResourceSet (see [`assess`]).
-fn cluster_resource_set(obj: &Object, lists: &Lists) -> Assessment {
+fn cluster_resource_set(obj: &Live, lists: &Lists) -> Assessment {
     if let Some(a) = common(obj, lists) {
         return a;
     }

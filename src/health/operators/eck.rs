@@ -14,8 +14,8 @@
 use serde_json::Value;
 
 use super::{generation_lag, int_at, status, str_at, value, verdict, waiting};
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// The ECK rule for Elasticsearch, Kibana, ApmServer, EnterpriseSearch, Beat, Agent, Logstash,
 /// ElasticMapsServer and PackageRegistry (the dispatch in `mod.rs` names them; the autoscaling,
@@ -39,7 +39,7 @@ use crate::object::Object;
 ///
 /// Argo CD calls an empty status `Unknown` for Elasticsearch and Beat; here it is `Progressing`,
 /// as for every kind whose controller writes a status and has not yet.
-pub(super) fn assess(obj: &Object) -> Assessment {
+pub(super) fn assess(obj: &Live) -> Assessment {
     let Some(st) = status(obj) else {
         return waiting("ECK");
     };
@@ -106,7 +106,7 @@ pub(super) fn assess(obj: &Object) -> Assessment {
 /// sum of `spec.nodeSets[].count` (Elasticsearch), else `spec.count` (Kibana, APM Server,
 /// Enterprise Search, Maps; ECK's default is 1 but the default is not counted here: a kind
 /// without a count reports its own health).
-fn expected_nodes(obj: &Object) -> Option<i64> {
+fn expected_nodes(obj: &Live) -> Option<i64> {
     if let Some(n) = int_at(obj, &["status", "expectedNodes"]) {
         return Some(n);
     }

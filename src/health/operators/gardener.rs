@@ -17,8 +17,8 @@ use super::{
     conditions, generation_lag, label, phase_message, say, state, status, str_at, true_at, verdict,
     waiting,
 };
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// A Shoot's health, in this order:
 /// 1. no status yet: `Progressing` (waiting for Gardener);
@@ -32,7 +32,7 @@ use crate::object::Object;
 ///    conditions, so it is read before them);
 /// 7. a condition `Progressing` or `False` (no label yet): `Progressing`; `Unknown`: `Unknown`;
 /// 8. otherwise `Healthy` (the label `healthy`, every condition `True`).
-pub(super) fn shoot(obj: &Object) -> Assessment {
+pub(super) fn shoot(obj: &Live) -> Assessment {
     let Some(st) = status(obj) else {
         return waiting("Gardener");
     };

@@ -5,7 +5,7 @@ use super::{
     Assessment, Health, conditions, cstr, find, phase_message, say, stale, stale_condition, state,
     status, str_at, true_at, value, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// The kinds the Grafana Operator synchronises into Grafana instances, each with a
 /// `<Kind>Synchronized` condition.
@@ -37,7 +37,7 @@ const GRAFANA_PROBLEMS: &[&str] = &[
 
 /// The suspension every Grafana Operator kind has: `spec.suspend` or a `Suspended=True`
 /// condition (`ApplySuspended`, `ReconcileSuspended`).
-fn suspended(obj: &Object) -> Option<Assessment> {
+fn suspended(obj: &Live) -> Option<Assessment> {
     if true_at(obj, &["spec", "suspend"]) {
         return Some(verdict(Health::Suspended, "spec.suspend is true"));
     }
@@ -58,7 +58,7 @@ fn suspended(obj: &Object) -> Option<Assessment> {
 /// Follows grafana/grafana-operator `api/v1beta1/grafana_types.go` (`OperatorStageName`,
 /// `OperatorStageStatus`, `GrafanaStatus`) and `controllers/grafana_controller.go`
 /// (`Reconcile`, `getInstallationStages`, `conditionTypeGrafanaReady`).
-pub(super) fn grafana(obj: &Object) -> Assessment {
+pub(super) fn grafana(obj: &Live) -> Assessment {
     if let Some(a) = suspended(obj) {
         return a;
     }
@@ -106,7 +106,7 @@ pub(super) fn grafana(obj: &Object) -> Assessment {
 /// `GetScopedMatchingInstances`), the `condition*Synchronized` constants of
 /// `controllers/*_controller.go`, and `api/v1beta1/common.go` (`GrafanaCommonSpec.Suspend`,
 /// `NoMatchingInstancesResource`).
-pub(super) fn synchronized(obj: &Object) -> Assessment {
+pub(super) fn synchronized(obj: &Live) -> Assessment {
     if let Some(a) = suspended(obj) {
         return a;
     }

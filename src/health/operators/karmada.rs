@@ -8,12 +8,12 @@ use super::{
     Assessment, Health, conditions, find, generation_behind, say, state, status, value, verdict,
     waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// The member clusters a binding targets, as Karmada's `ObtainBindingSpecExistingClusters`
 /// reads them: `spec.clusters[].name` and, for a binding propagated as a dependency,
 /// `spec.requiredBy[].clusters[].name`.
-fn target_clusters(obj: &Object) -> BTreeSet<&str> {
+fn target_clusters(obj: &Live) -> BTreeSet<&str> {
     fn names(v: Option<&Value>) -> Vec<&str> {
         v.and_then(Value::as_array)
             .into_iter()
@@ -62,7 +62,7 @@ fn target_clusters(obj: &Object) -> BTreeSet<&str> {
 /// `pkg/util/helper/binding.go` (`ObtainBindingSpecExistingClusters`),
 /// `pkg/scheduler/helper.go` (`getConditionByError`) and
 /// `pkg/controllers/status/work_status_controller.go` (`interpretHealth`).
-pub(super) fn binding(obj: &Object) -> Assessment {
+pub(super) fn binding(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Karmada");
     }

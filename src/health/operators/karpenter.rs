@@ -4,7 +4,7 @@ use super::{
     Assessment, Health, conditions, cstr, find, say, stale, stale_condition, state, status,
     verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// The conditions Karpenter's `Ready` is computed from (awslabs/operatorpkg
 /// `status.NewReadyConditions`), per kind.
@@ -53,7 +53,7 @@ fn dependents(group: &str, kind: &str) -> Option<&'static [&'static str]> {
 /// (the reasons written), `pkg/controllers/nodeclaim/consistency/controller.go`,
 /// `pkg/controllers/disruption/queue.go`, and aws/karpenter-provider-aws
 /// `pkg/apis/v1/ec2nodeclass_status.go`.
-pub(super) fn assess(obj: &Object) -> Option<Assessment> {
+pub(super) fn assess(obj: &Live) -> Option<Assessment> {
     let deps = dependents(obj.group(), obj.kind())?;
     if status(obj).is_none() {
         return Some(waiting("Karpenter"));

@@ -15,8 +15,8 @@
 use serde_json::{Map, Value};
 
 use super::{status, verdict, waiting};
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// A KafkaCluster, in this order:
 /// 1. no status yet: `Progressing`;
@@ -28,7 +28,7 @@ use crate::object::Object;
 ///    whose Cruise Control action or disk rebalance is required, scheduled or running, or which
 ///    waits for rack awareness; or the Cruise Control topic not created yet: `Progressing`;
 /// 5. `ClusterRunning`: `Healthy`; any other state: `Unknown`.
-pub(super) fn kafka_cluster(obj: &Object) -> Assessment {
+pub(super) fn kafka_cluster(obj: &Live) -> Assessment {
     let Some(st) = status(obj) else {
         return waiting("Koperator");
     };

@@ -12,8 +12,8 @@ use super::{
     Cond, conditions, cstr, find, generation_lag, has, int_at, phase_message, say, state, status,
     str_at, true_at, value, verdict, waiting,
 };
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// Who writes the status of the `apps.kruise.io` kinds, for messages.
 const KRUISE: &str = "OpenKruise";
@@ -22,7 +22,7 @@ const KRUISE: &str = "OpenKruise";
 // Reading.
 
 /// The number at a path, 0 when absent (the counters Kruise writes without `omitempty`).
-fn count(obj: &Object, path: &[&str]) -> i64 {
+fn count(obj: &Live, path: &[&str]) -> i64 {
     int_at(obj, path).unwrap_or(0)
 }
 
@@ -43,7 +43,7 @@ fn scaled(v: &Value, total: i64, round_up: bool) -> Option<i64> {
 
 /// `spec.updateStrategy.rollingUpdate.partition` (the Advanced StatefulSet and GameServerSet
 /// field), 0 when absent, held between 0 and `want`.
-fn rolling_partition(obj: &Object, want: i64) -> i64 {
+fn rolling_partition(obj: &Live, want: i64) -> i64 {
     int_at(
         obj,
         &["spec", "updateStrategy", "rollingUpdate", "partition"],
@@ -53,7 +53,7 @@ fn rolling_partition(obj: &Object, want: i64) -> i64 {
 }
 
 /// The first of these paths that holds a value (a field that moved between API versions).
-fn first<'a>(obj: &'a Object, paths: &[&[&str]]) -> Option<&'a Value> {
+fn first<'a>(obj: &'a Live, paths: &[&[&str]]) -> Option<&'a Value> {
     paths.iter().find_map(|p| value(obj, p))
 }
 
@@ -189,7 +189,7 @@ fn paused(field: &str) -> Assessment {
 
 /// `status.observedGeneration` behind `metadata.generation`, or not written yet (0, as
 /// `kubectl rollout status` reads a StatefulSet): `Progressing`.
-fn not_observed(obj: &Object, what: &str) -> Option<Assessment> {
+fn not_observed(obj: &Live, what: &str) -> Option<Assessment> {
     if int_at(obj, &["status", "observedGeneration"]).unwrap_or(0) == 0 {
         return Some(verdict(
             Health::Progressing,
@@ -200,13 +200,13 @@ fn not_observed(obj: &Object, what: &str) -> Option<Assessment> {
 }
 
 /// `updateStrategy.type` is `OnDelete`.
-fn on_delete(obj: &Object) -> bool {
+fn on_delete(obj: &Live) -> bool {
     str_at(obj, &["spec", "updateStrategy", "type"]) == Some("OnDelete")
 }
 
 /// `status.updateRevision` differs from `status.currentRevision` (pods of the older revision
 /// remain); `None` when either is missing.
-fn revisions_differ(obj: &Object) -> Option<bool> {
+fn revisions_differ(obj: &Live) -> Option<bool> {
     let update = str_at(obj, &["status", "updateRevision"]).filter(|s| !s.is_empty())?;
     let current = str_at(obj, &["status", "currentRevision"]).filter(|s| !s.is_empty())?;
     Some(update != current)
@@ -214,7 +214,7 @@ fn revisions_differ(obj: &Object) -> Option<bool> {
 
 /// Updated and available pods: `status.updatedAvailableReplicas` (Kruise v1.5+, left out when
 /// 0), else `status.updatedReadyReplicas`.
-fn updated_available(obj: &Object) -> i64 {
+fn updated_available(obj: &Live) -> i64 {
     int_at(obj, &["status", "updatedAvailableReplicas"])
         .or_else(|| int_at(obj, &["status", "updatedReadyReplicas"]))
         .unwrap_or(0)
@@ -252,7 +252,7 @@ fn updated_available(obj: &Object) -> i64 {
 /// as soon as enough pods are updated: a rollout in flight is `Progressing` here, as
 /// `kubectl-kruise rollout status` waits on it, and a partition holds the rollout once the
 /// updated pods are available, as the controller's `ProgressPartitionAvailable` says.
-pub(super) fn cloneset(obj: &Object) -> Assessment {
+pub(super) fn cloneset(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "updateStrategy", "rollingUpdate", "paused"]) {
         return paused("spec.updateStrategy.rollingUpdate.paused");
     }
@@ -353,7 +353,7 @@ pub(super) fn cloneset(obj: &Object) -> Assessment {
 ///
 /// Differs from Argo CD's check, which reads all replicas not yet available as `Degraded`: a
 /// rollout in flight is `Progressing` here, as `kubectl-kruise rollout status` waits on it.
-pub(super) fn statefulset(obj: &Object) -> Assessment {
+pub(super) fn statefulset(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "updateStrategy", "rollingUpdate", "paused"]) {
         return paused("spec.updateStrategy.rollingUpdate.paused");
     }
@@ -408,7 +408,7 @@ pub(super) fn statefulset(obj: &Object) -> Assessment {
 /// Differs from Argo CD's check, which reads every daemon pod updated but unavailable as
 /// `Degraded` and no node to run on as `Progressing`: pods still becoming available are
 /// `Progressing`, and no node to run on is `Healthy`, as Kubernetes' DaemonSet rule reads them.
-pub(super) fn daemonset(obj: &Object) -> Assessment {
+pub(super) fn daemonset(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "updateStrategy", "rollingUpdate", "paused"]) {
         return paused("spec.updateStrategy.rollingUpdate.paused");
     }
@@ -452,7 +452,7 @@ pub(super) fn daemonset(obj: &Object) -> Assessment {
 /// date the last run: `spec.successfulJobsHistoryLimit` 0, or a `ttlSecondsAfterFinished` in
 /// the job template (a Job's `spec`, a BroadcastJob's or ImageListPullJob's
 /// `spec.completionPolicy`).
-fn runs_leave_no_trace(obj: &Object) -> bool {
+fn runs_leave_no_trace(obj: &Live) -> bool {
     int_at(obj, &["spec", "successfulJobsHistoryLimit"]) == Some(0)
         || [
             &[
@@ -503,7 +503,7 @@ fn runs_leave_no_trace(obj: &Object) -> bool {
 /// `lastScheduleTime` as `Degraded`: a schedule running its job works as declared (as
 /// Kubernetes' CronJob rule reads it), and no `lastScheduleTime` means no run yet (or the runs
 /// deleted), not a failure, so it is `Progressing`.
-pub(super) fn advanced_cronjob(obj: &Object) -> Assessment {
+pub(super) fn advanced_cronjob(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "paused"]) {
         return verdict(
             Health::Suspended,
@@ -557,7 +557,7 @@ pub(super) fn advanced_cronjob(obj: &Object) -> Assessment {
 /// `completed`, `running`, `paused`, `failed`; `JobComplete`, `JobFailed`; `CompletionPolicy`;
 /// `FailurePolicy`) and `pkg/controller/broadcastjob/broadcastjob_controller.go` (`Reconcile`,
 /// `isJobComplete`, `isJobFailed`).
-pub(super) fn broadcast_job(obj: &Object) -> Assessment {
+pub(super) fn broadcast_job(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting(KRUISE);
     }
@@ -630,7 +630,7 @@ pub(super) fn broadcast_job(obj: &Object) -> Assessment {
 
 /// The step a Kruise Rollout is on (1-based), from `status.currentStepIndex` or the strategy's
 /// own status.
-fn rollout_step(obj: &Object) -> Option<i64> {
+fn rollout_step(obj: &Live) -> Option<i64> {
     first(
         obj,
         &[
@@ -643,7 +643,7 @@ fn rollout_step(obj: &Object) -> Option<i64> {
 }
 
 /// The state of the step a Kruise Rollout is on.
-fn rollout_step_state(obj: &Object) -> &str {
+fn rollout_step_state(obj: &Live) -> &str {
     first(
         obj,
         &[
@@ -683,7 +683,7 @@ fn rollout_step_state(obj: &Object) -> &str {
 /// one being deleted `Progressing`, and a release cancelled by rolling the workload back
 /// (`Succeeded=False`, written only by the cancelling path) leaves the stable version running,
 /// as the controller's own phase `Healthy` says.
-pub(super) fn kruise_rollout(obj: &Object) -> Assessment {
+pub(super) fn kruise_rollout(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Kruise Rollout");
     }
@@ -738,7 +738,7 @@ pub(super) fn kruise_rollout(obj: &Object) -> Assessment {
 }
 
 /// A Kruise Rollout in the `Progressing` phase ([`kruise_rollout`]).
-fn rollout_progressing(obj: &Object, conds: &[&Cond], message: Option<&str>) -> Assessment {
+fn rollout_progressing(obj: &Live, conds: &[&Cond], message: Option<&str>) -> Assessment {
     let progressing = find(conds, "Progressing");
     if let Some(m) = message
         .or_else(|| progressing.map(|c| cstr(c, "message")))
@@ -890,7 +890,7 @@ fn failing_container(pod: &Value) -> Option<String> {
 /// as `Unknown`: the readiness gate is Kruise's own, set `False` while it updates or recreates
 /// a container on purpose (`Progressing`), and a GameServer not yet reported on waits for its
 /// controller (`Progressing`).
-pub(super) fn game_server(obj: &Object) -> Assessment {
+pub(super) fn game_server(obj: &Live) -> Assessment {
     let current = str_at(obj, &["status", "currentState"]).filter(|s| !s.is_empty());
     let Some(current) = current else {
         return waiting("OpenKruiseGame");
@@ -978,7 +978,7 @@ pub(super) fn game_server(obj: &Object) -> Assessment {
 /// `Healthy` and a partition as `Suspended` as soon as enough GameServers are updated: here the
 /// GameServers must be updated (`updatedReplicas`) and available, and a partition holds the
 /// rollout once the updated ones are ready, as for the other Kruise workloads.
-pub(super) fn game_server_set(obj: &Object) -> Assessment {
+pub(super) fn game_server_set(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "updateStrategy", "rollingUpdate", "paused"]) {
         return paused("spec.updateStrategy.rollingUpdate.paused");
     }

@@ -1,7 +1,7 @@
 //! MinIO Operator (`minio.min.io`): Tenant.
 
 use super::{Assessment, Health, status, str_at, verdict, waiting};
-use crate::object::Object;
+use crate::health::Live;
 
 /// The MinIO Operator's `status.currentState` texts that say the tenant cannot go on without
 /// a person: a StatefulSet it does not own, a second tenant in the namespace, missing root
@@ -37,7 +37,7 @@ const MINIO_FAILED: &[&str] = &[
 /// `updateTenantStatus` call, in `syncHandler` and `updateServer`),
 /// `pkg/controller/monitoring.go` (`HealthStatus*`, `Health*Message`) and
 /// `pkg/apis/minio.min.io/v2/types.go` (`TenantStatus`, `HealthStatus`).
-pub(super) fn tenant(obj: &Object) -> Assessment {
+pub(super) fn tenant(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("the MinIO Operator");
     }

@@ -82,14 +82,14 @@ use serde_json::{Map, Value};
 
 use super::generic::{Word, terminal_reason, word};
 use super::{Assessment, Health, conditions_in, cstr};
-use crate::object::Object;
+use crate::health::Live;
 
 /// One entry of a `conditions` list.
 type Cond = Map<String, Value>;
 
 /// The operator rule for the object's group and kind: `Some` when there is one, `None` for the
 /// generic rules to decide.
-pub(super) fn assess(obj: &Object) -> Option<Assessment> {
+pub(super) fn assess(obj: &Live) -> Option<Assessment> {
     let (group, kind) = (obj.group(), obj.kind());
     Some(match group {
         // `certmanager.k8s.io`: cert-manager before v0.11.
@@ -279,7 +279,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
 /// the enum's number (solo-io/solo-kit `api/v1/status.proto`). Rejected is Degraded; Warning
 /// is Degraded too: the resource was accepted with problems Gloo reports as not working as
 /// written (a route to a missing upstream); Pending and no status yet are Progressing.
-fn solo_kit(obj: &Object) -> Assessment {
+fn solo_kit(obj: &Live) -> Assessment {
     let Some(st) = status(obj) else {
         return waiting("Gloo");
     };
@@ -338,18 +338,18 @@ fn verdict(health: Health, message: impl Into<String>) -> Assessment {
 }
 
 /// The value at a path of fields (`["status", "phase"]`).
-fn value<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a Value> {
+fn value<'a>(obj: &'a Live, path: &[&str]) -> Option<&'a Value> {
     let (first, rest) = path.split_first()?;
     rest.iter().try_fold(obj.get(first)?, |v, k| v.get(*k))
 }
 
 /// The string at a path.
-fn str_at<'a>(obj: &'a Object, path: &[&str]) -> Option<&'a str> {
+fn str_at<'a>(obj: &'a Live, path: &[&str]) -> Option<&'a str> {
     value(obj, path).and_then(Value::as_str)
 }
 
 /// Whether the value at a path is the boolean `true`.
-fn true_at(obj: &Object, path: &[&str]) -> bool {
+fn true_at(obj: &Live, path: &[&str]) -> bool {
     value(obj, path).and_then(Value::as_bool) == Some(true)
 }
 
@@ -360,12 +360,12 @@ fn number(v: &Value) -> Option<i64> {
 }
 
 /// The number at a path ([`number`]).
-fn int_at(obj: &Object, path: &[&str]) -> Option<i64> {
+fn int_at(obj: &Live, path: &[&str]) -> Option<i64> {
     value(obj, path).and_then(number)
 }
 
 /// A `metadata.annotations` value.
-fn annotation<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
+fn annotation<'a>(obj: &'a Live, key: &str) -> Option<&'a str> {
     obj.metadata()
         .get("annotations")
         .and_then(|a| a.get(key))
@@ -373,14 +373,14 @@ fn annotation<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
 }
 
 /// `status` when it is a non-empty mapping.
-fn status(obj: &Object) -> Option<&Map<String, Value>> {
+fn status(obj: &Live) -> Option<&Map<String, Value>> {
     obj.get("status")
         .and_then(Value::as_object)
         .filter(|m| !m.is_empty())
 }
 
 /// `status.conditions`.
-fn conditions(obj: &Object) -> Vec<&Cond> {
+fn conditions(obj: &Live) -> Vec<&Cond> {
     conditions_in(value(obj, &["status", "conditions"]))
 }
 
@@ -434,7 +434,7 @@ fn waiting(operator: &str) -> Assessment {
 /// `status.observedGeneration`, or a controller's own field such as Karmada's
 /// `status.schedulerObservedGeneration`) is behind `metadata.generation`; `None` when it caught
 /// up or is absent.
-fn generation_behind(obj: &Object, path: &[&str]) -> Option<(i64, i64)> {
+fn generation_behind(obj: &Live, path: &[&str]) -> Option<(i64, i64)> {
     let seen = int_at(obj, path)?;
     let generation = obj.generation() as i64;
     (seen < generation).then_some((seen, generation))
@@ -442,7 +442,7 @@ fn generation_behind(obj: &Object, path: &[&str]) -> Option<(i64, i64)> {
 
 /// `Progressing` when `status.observedGeneration` is behind `metadata.generation`
 /// ([`generation_behind`]): the controller has not seen the latest spec.
-fn generation_lag(obj: &Object) -> Option<Assessment> {
+fn generation_lag(obj: &Live) -> Option<Assessment> {
     let (seen, generation) = generation_behind(obj, &["status", "observedGeneration"])?;
     Some(verdict(
         Health::Progressing,
@@ -451,7 +451,7 @@ fn generation_lag(obj: &Object) -> Option<Assessment> {
 }
 
 /// A `metadata.labels` value.
-fn label<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
+fn label<'a>(obj: &'a Live, key: &str) -> Option<&'a str> {
     obj.metadata()
         .get("labels")
         .and_then(|l| l.get(key))
@@ -459,14 +459,14 @@ fn label<'a>(obj: &'a Object, key: &str) -> Option<&'a str> {
 }
 
 /// Whether a condition says it was written for an older generation than the object's.
-fn stale(obj: &Object, c: &Cond) -> bool {
+fn stale(obj: &Live, c: &Cond) -> bool {
     c.get("observedGeneration")
         .and_then(number)
         .is_some_and(|g| g < obj.generation() as i64)
 }
 
 /// `Progressing` for a condition written for an older generation.
-fn stale_condition(obj: &Object, c: &Cond) -> Assessment {
+fn stale_condition(obj: &Live, c: &Cond) -> Assessment {
     verdict(
         Health::Progressing,
         format!(
@@ -557,7 +557,7 @@ const KNATIVE: ReadyRule = ReadyRule {
 /// `ExternalSecretReady`/`SecretStoreReady` (external-secrets `apis/externalsecrets/v1beta1`),
 /// Knative's `apis.Condition` (knative/pkg `apis/condition_types.go`,
 /// <https://github.com/knative/specs/blob/main/specs/serving/knative-api-specification-1.0.md#error-signalling>).
-fn ready_condition(obj: &Object, rule: &ReadyRule) -> Assessment {
+fn ready_condition(obj: &Live, rule: &ReadyRule) -> Assessment {
     if status(obj).is_none() {
         return waiting(rule.operator);
     }
@@ -630,7 +630,7 @@ const CERT_MANAGER_REISSUE: &[&str] = &[
 /// Follows cert-manager `pkg/apis/certmanager/v1/types_certificate.go` (`CertificateConditionReady`,
 /// `CertificateConditionIssuing`, `lastFailureTime`) and
 /// <https://cert-manager.io/docs/usage/certificate/#inner-workings-diagram-for-developers>.
-fn certificate(obj: &Object) -> Assessment {
+fn certificate(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("cert-manager");
     }
@@ -681,7 +681,7 @@ fn certificate(obj: &Object) -> Assessment {
 /// Follows cert-manager `pkg/apis/certmanager/v1/types_certificaterequest.go`
 /// (`CertificateRequestReasonPending`/`Failed`/`Issued`/`Denied`, conditions `Ready`,
 /// `InvalidRequest`, `Approved`, `Denied`).
-fn certificate_request(obj: &Object) -> Assessment {
+fn certificate_request(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("cert-manager");
     }
@@ -728,7 +728,7 @@ fn certificate_request(obj: &Object) -> Assessment {
 ///
 /// Follows argo-rollouts `utils/rollout/rolloututil.go` (`GetRolloutPhase`,
 /// `CalculateRolloutPhase`) and `pkg/apis/rollouts/v1alpha1/types.go` (`RolloutPhase`).
-fn rollout(obj: &Object) -> Assessment {
+fn rollout(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Argo Rollouts");
     }
@@ -853,7 +853,7 @@ fn rollout(obj: &Object) -> Assessment {
 ///
 /// Follows argo-rollouts `pkg/apis/rollouts/v1alpha1/analysis_types.go` (`AnalysisPhase`) and
 /// <https://argo-rollouts.readthedocs.io/en/stable/features/analysis/>.
-fn analysis_run(obj: &Object) -> Assessment {
+fn analysis_run(obj: &Live) -> Assessment {
     let Some(phase) = str_at(obj, &["status", "phase"]).filter(|p| !p.is_empty()) else {
         return waiting("Argo Rollouts");
     };
@@ -876,7 +876,7 @@ fn analysis_run(obj: &Object) -> Assessment {
 ///
 /// Follows argo-workflows `pkg/apis/workflow/v1alpha1/workflow_phase.go` (`WorkflowPhase`) and
 /// <https://argo-workflows.readthedocs.io/en/latest/fields/#workflowstatus>.
-fn workflow(obj: &Object) -> Assessment {
+fn workflow(obj: &Live) -> Assessment {
     let phase = str_at(obj, &["status", "phase"]).filter(|p| !p.is_empty());
     let message = str_at(obj, &["status", "message"]);
     match phase {
@@ -925,7 +925,7 @@ const CROSSPLANE_CONFIG_KINDS: &[&str] = &[
 /// `ReasonReconcileError`, `ReasonReconcilePaused`, `ReasonAvailable`, `ReasonCreating`, ...),
 /// <https://docs.crossplane.io/latest/managed-resources/managed-resources/#conditions> and
 /// upjet `pkg/resource/conditions.go` (`TypeLastAsyncOperation`).
-fn crossplane_managed(obj: &Object) -> Assessment {
+fn crossplane_managed(obj: &Live) -> Assessment {
     let mut conds = conditions(obj);
     if conds.is_empty() {
         // Crossplane v0.x nested them: `status.conditionedStatus.conditions`.
@@ -1032,7 +1032,7 @@ fn crossplane_package_health(conds: &[&Cond]) -> Option<Assessment> {
 /// Follows crossplane `apis/pkg/v1/conditions.go` (`TypeInstalled`, `TypeHealthy`,
 /// `ReasonUnpacking`, `ReasonInactive`, `ReasonActive`, `ReasonUnhealthy`) and
 /// <https://docs.crossplane.io/latest/packages/providers/#conditions>.
-fn crossplane_package(obj: &Object) -> Assessment {
+fn crossplane_package(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Crossplane");
     }
@@ -1093,7 +1093,7 @@ fn crossplane_package(obj: &Object) -> Assessment {
 ///
 /// Follows crossplane `apis/pkg/v1/revision_types.go` (`PackageRevisionDesiredState`) and
 /// `apis/pkg/v1/conditions.go`.
-fn crossplane_package_revision(obj: &Object) -> Assessment {
+fn crossplane_package_revision(obj: &Live) -> Assessment {
     if str_at(obj, &["spec", "desiredState"]) == Some("Inactive") {
         return verdict(
             Health::Healthy,
@@ -1127,7 +1127,7 @@ fn crossplane_package_revision(obj: &Object) -> Assessment {
 /// Follows external-secrets `apis/externalsecrets/v1beta1/clusterexternalsecret_types.go`
 /// (`ClusterExternalSecretReady`, `ClusterExternalSecretPartiallyReady`,
 /// `ClusterExternalSecretNotReady`, `FailedNamespaces`).
-fn cluster_external_secret(obj: &Object) -> Assessment {
+fn cluster_external_secret(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("External Secrets");
     }
@@ -1189,7 +1189,7 @@ const FLUX_WAITING: &[&str] = &["DependencyNotReady", "Progressing"];
 /// fluxcd/pkg `runtime/reconcile` (`ProgressiveStatus`, `ComputeReconcileResult`) and the
 /// "Conditions" section of each kind's spec, e.g.
 /// <https://fluxcd.io/flux/components/kustomize/kustomizations/#kustomization-status>.
-fn flux(obj: &Object) -> Assessment {
+fn flux(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "suspend"]) {
         return verdict(
             Health::Suspended,
@@ -1275,7 +1275,7 @@ fn flux(obj: &Object) -> Assessment {
 /// Follows keda `apis/keda/v1alpha1/condition_types.go` (`ConditionReady`, `ConditionActive`,
 /// `ConditionFallback`, `ConditionPaused`) and
 /// <https://keda.sh/docs/latest/reference/scaledobject-spec/#fallback>.
-fn keda_scaler(obj: &Object) -> Assessment {
+fn keda_scaler(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("KEDA");
     }
@@ -1320,7 +1320,7 @@ fn keda_scaler(obj: &Object) -> Assessment {
 ///
 /// Follows keda `apis/keda/v1alpha1/triggerauthentication_types.go`
 /// (`TriggerAuthenticationStatus`: `scaledobjects`, `scaledjobs`).
-fn keda_authentication(obj: &Object) -> Assessment {
+fn keda_authentication(obj: &Live) -> Assessment {
     let users: Vec<&str> = ["scaledobjects", "scaledjobs"]
         .iter()
         .filter_map(|k| str_at(obj, &["status", k]))
@@ -1340,7 +1340,7 @@ fn keda_authentication(obj: &Object) -> Assessment {
 // Strimzi.
 
 /// Whether Strimzi was told not to reconcile the object.
-fn strimzi_paused(obj: &Object, conds: &[&Cond]) -> Option<Assessment> {
+fn strimzi_paused(obj: &Live, conds: &[&Cond]) -> Option<Assessment> {
     if let Some(c) = find(conds, "ReconciliationPaused")
         && state(c) == "True"
     {
@@ -1356,7 +1356,7 @@ fn strimzi_paused(obj: &Object, conds: &[&Cond]) -> Option<Assessment> {
 
 /// Kafka Connect connector and task states (a KafkaConnector's `status.connectorStatus`, a
 /// KafkaMirrorMaker2's `status.connectors[]`) that say it failed or was stopped.
-fn strimzi_connectors(obj: &Object) -> Option<Assessment> {
+fn strimzi_connectors(obj: &Live) -> Option<Assessment> {
     let mut statuses: Vec<&Value> = Vec::new();
     if let Some(s) = value(obj, &["status", "connectorStatus"]) {
         statuses.push(s);
@@ -1404,7 +1404,7 @@ fn strimzi_connectors(obj: &Object) -> Option<Assessment> {
 /// Follows strimzi-kafka-operator `operator-common/.../StatusUtils.java`
 /// (`buildConditionFromException`: `NotReady`, reason the exception's class name) and
 /// <https://strimzi.io/docs/operators/latest/configuring.html#type-Condition-reference>.
-fn strimzi(obj: &Object) -> Assessment {
+fn strimzi(obj: &Live) -> Assessment {
     let conds = conditions(obj);
     if let Some(a) = strimzi_paused(obj, &conds) {
         return a;
@@ -1480,7 +1480,7 @@ fn strimzi(obj: &Object) -> Assessment {
 ///
 /// Follows strimzi-kafka-operator `api/.../KafkaRebalanceState.java` and
 /// <https://strimzi.io/docs/operators/latest/deploying.html#con-optimization-proposals-str>.
-fn strimzi_rebalance(obj: &Object) -> Assessment {
+fn strimzi_rebalance(obj: &Live) -> Assessment {
     let conds = conditions(obj);
     if let Some(a) = strimzi_paused(obj, &conds) {
         return a;
@@ -1541,7 +1541,7 @@ fn strimzi_rebalance(obj: &Object) -> Assessment {
 /// are running and ready ... Degraded: some pods aren't ready, the service is partially
 /// available ... False: no pods are running"; `Reconciled`) and
 /// `Documentation/api-reference/api.md#monitoring.coreos.com/v1.Condition`.
-fn prometheus_workload(obj: &Object) -> Assessment {
+fn prometheus_workload(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "paused"]) {
         return verdict(
             Health::Suspended,
@@ -1610,7 +1610,7 @@ fn prometheus_workload(obj: &Object) -> Assessment {
 /// Follows prometheus-operator `pkg/apis/monitoring/v1/types.go` (`ConfigResourceStatus`,
 /// `WorkloadBinding`, `Accepted`: "False: the controller rejected the configuration due to an
 /// error").
-fn prometheus_config(obj: &Object) -> Assessment {
+fn prometheus_config(obj: &Live) -> Assessment {
     let bindings = value(obj, &["status", "bindings"])
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -1668,7 +1668,7 @@ const CNPG_FAILED: &[&str] = &[
 ///
 /// Follows cloudnative-pg `api/v1/cluster_types.go` (the `Phase*` constants) and
 /// <https://cloudnative-pg.io/documentation/current/declarative_hibernation/>.
-fn cnpg_cluster(obj: &Object) -> Assessment {
+fn cnpg_cluster(obj: &Live) -> Assessment {
     if annotation(obj, "cnpg.io/hibernation") == Some("on") {
         return verdict(
             Health::Suspended,
@@ -1718,7 +1718,7 @@ fn cnpg_cluster(obj: &Object) -> Assessment {
 /// are `Progressing`; no phase yet is `Progressing`.
 ///
 /// Follows cloudnative-pg `api/v1/backup_types.go` (`BackupPhase*`).
-fn cnpg_backup(obj: &Object) -> Assessment {
+fn cnpg_backup(obj: &Live) -> Assessment {
     let Some(phase) = str_at(obj, &["status", "phase"]).filter(|p| !p.is_empty()) else {
         return waiting("CloudNativePG");
     };
@@ -1741,7 +1741,7 @@ fn cnpg_backup(obj: &Object) -> Assessment {
 /// health); before that `Progressing`.
 ///
 /// Follows cloudnative-pg `api/v1/scheduledbackup_types.go` (`ScheduledBackupStatus`).
-fn cnpg_scheduled_backup(obj: &Object) -> Assessment {
+fn cnpg_scheduled_backup(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "suspend"]) {
         return verdict(Health::Suspended, "spec.suspend is true");
     }
@@ -1762,7 +1762,7 @@ fn cnpg_scheduled_backup(obj: &Object) -> Assessment {
 ///
 /// Follows cloudnative-pg `api/v1/pooler_types.go` (`PoolerSpec.Instances`,
 /// `PgBouncerSpec.Paused`, `PoolerStatus.Instances`).
-fn cnpg_pooler(obj: &Object) -> Assessment {
+fn cnpg_pooler(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "pgbouncer", "paused"]) {
         return verdict(
             Health::Suspended,
@@ -1797,7 +1797,7 @@ fn cnpg_pooler(obj: &Object) -> Assessment {
 /// Follows istio `operator/pkg/apis/istio/v1alpha1/values_types.proto` and
 /// `InstallStatus.Status` (`NONE = 0; UPDATING = 1; RECONCILING = 2; HEALTHY = 3; ERROR = 4;
 /// ACTION_REQUIRED = 5`).
-fn istio_operator(obj: &Object) -> Assessment {
+fn istio_operator(obj: &Live) -> Assessment {
     let Some(s) = value(obj, &["status", "status"]) else {
         return waiting("the Istio operator");
     };
@@ -1854,7 +1854,7 @@ fn istio_operator(obj: &Object) -> Assessment {
 /// Follows istio/api `meta/v1alpha1/status.proto` (`IstioStatus.validationMessages`),
 /// `analysis/v1alpha1/message.proto` (`AnalysisMessageBase.Level`: `ERROR = 3`,
 /// `WARNING = 8`, `INFO = 12`) and <https://istio.io/latest/docs/reference/config/config-status/>.
-fn istio_config(obj: &Object) -> Assessment {
+fn istio_config(obj: &Live) -> Assessment {
     let messages = value(obj, &["status", "validationMessages"])
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -1929,7 +1929,7 @@ fn istio_config(obj: &Object) -> Assessment {
 /// (`ClusterStatusCreating`, `ClusterStatusUpdating`, `ClusterStatusUpdateFailed`,
 /// `ClusterStatusSyncFailed`, `ClusterStatusAddFailed`, `ClusterStatusRunning`,
 /// `ClusterStatusInvalid`).
-fn zalando_postgresql(obj: &Object) -> Assessment {
+fn zalando_postgresql(obj: &Live) -> Assessment {
     let Some(s) = str_at(obj, &["status", "PostgresClusterStatus"]).filter(|s| !s.is_empty())
     else {
         return waiting("the Postgres Operator");
@@ -1990,7 +1990,7 @@ fn gateway_conditions(conds: &[&Cond], prefix: &str) -> Option<Assessment> {
 ///
 /// Follows gateway-api `apis/v1/gatewayclass_types.go` (`GatewayClassConditionStatusAccepted`,
 /// `GatewayClassReasonPending`, `GatewayClassConditionStatusSupportedVersion`).
-fn gateway_class(obj: &Object) -> Assessment {
+fn gateway_class(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("a Gateway API controller");
     }
@@ -2018,7 +2018,7 @@ fn gateway_class(obj: &Object) -> Assessment {
 /// Follows gateway-api `apis/v1/gateway_types.go` (`GatewayConditionAccepted`,
 /// `GatewayConditionProgrammed`, `ListenerConditionConflicted`, `ListenerConditionResolvedRefs`,
 /// `GatewayReasonPending`).
-fn gateway(obj: &Object) -> Assessment {
+fn gateway(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("a Gateway API controller");
     }
@@ -2076,7 +2076,7 @@ fn gateway(obj: &Object) -> Assessment {
 /// Follows gateway-api `apis/v1/shared_types.go` (`RouteParentStatus`, `RouteConditionAccepted`,
 /// `RouteConditionResolvedRefs`, `RouteReasonPending`) and `apis/v1alpha2/policy_types.go`
 /// (`PolicyAncestorStatus`).
-fn gateway_attachments(obj: &Object, list: &str, reference: &str) -> Assessment {
+fn gateway_attachments(obj: &Live, list: &str, reference: &str) -> Assessment {
     let parents = value(obj, &["status", list])
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -2159,7 +2159,7 @@ fn gateway_attachments(obj: &Object, list: &str, reference: &str) -> Assessment 
 ///
 /// Follows velero `pkg/apis/velero/v1/backup_types.go` (`BackupPhase*`) and
 /// `pkg/apis/velero/v1/restore_types.go` (`RestorePhase*`).
-fn velero_operation(obj: &Object) -> Assessment {
+fn velero_operation(obj: &Live) -> Assessment {
     let Some(phase) = str_at(obj, &["status", "phase"]).filter(|p| !p.is_empty()) else {
         return waiting("Velero");
     };
@@ -2198,7 +2198,7 @@ fn velero_operation(obj: &Object) -> Assessment {
 /// `FailedValidation` `Degraded` (with the validation errors), `New` or none `Progressing`.
 ///
 /// Follows velero `pkg/apis/velero/v1/schedule_types.go` (`SchedulePhase*`, `Paused`).
-fn velero_schedule(obj: &Object) -> Assessment {
+fn velero_schedule(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "paused"]) {
         return verdict(Health::Suspended, "spec.paused is true");
     }
@@ -2227,7 +2227,7 @@ fn velero_schedule(obj: &Object) -> Assessment {
 ///
 /// Follows velero `pkg/apis/velero/v1/backupstoragelocation_types.go`
 /// (`BackupStorageLocationPhaseAvailable`, `BackupStorageLocationPhaseUnavailable`).
-fn velero_location(obj: &Object) -> Assessment {
+fn velero_location(obj: &Live) -> Assessment {
     let message = str_at(obj, &["status", "message"]);
     match str_at(obj, &["status", "phase"]).filter(|p| !p.is_empty()) {
         Some(p @ "Available") => {
@@ -2252,7 +2252,7 @@ fn velero_location(obj: &Object) -> Assessment {
 /// Follows tektoncd/pipeline `docs/pipelineruns.md#monitoring-execution-status`,
 /// `docs/taskruns.md#monitoring-execution-status` and knative/pkg `apis/condition_types.go`
 /// (`ConditionSucceeded`).
-fn tekton_run(obj: &Object) -> Assessment {
+fn tekton_run(obj: &Live) -> Assessment {
     if let Some(s) = str_at(obj, &["spec", "status"]).filter(|s| s.ends_with("Pending")) {
         return verdict(Health::Suspended, format!("spec.status is {s}"));
     }
@@ -2280,7 +2280,7 @@ fn tekton_run(obj: &Object) -> Assessment {
 ///
 /// Follows kyverno `api/kyverno/v1/common_types.go` (`PolicyStatus`: `ready`, `conditions`,
 /// `PolicyConditionReady`) and <https://kyverno.io/docs/policy-types/cluster-policy/policy-settings/>.
-fn kyverno_policy(obj: &Object) -> Assessment {
+fn kyverno_policy(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Kyverno");
     }
@@ -2307,6 +2307,7 @@ fn kyverno_policy(obj: &Object) -> Assessment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::Object;
     use serde_json::json;
 
     fn obj(v: Value) -> Object {
@@ -2410,7 +2411,7 @@ mod tests {
                     "apiVersion": format!("{group}/v1"), "kind": kind,
                     "metadata": meta, "spec": spec.clone(), "status": status.clone(),
                 }));
-                let _ = assess(&o);
+                let _ = assess(&Live::of(&o));
             }
         }
     }
@@ -2433,7 +2434,7 @@ mod tests {
         ] {
             let o =
                 obj(json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}}));
-            assert_eq!(assess(&o), None, "{api_version} {kind}");
+            assert_eq!(assess(&Live::of(&o)), None, "{api_version} {kind}");
         }
     }
 
@@ -2445,7 +2446,7 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ConfigError",
                 "message": "Resource validation failed"}]}}),
         );
-        let a = assess(&o).unwrap();
+        let a = assess(&Live::of(&o)).unwrap();
         assert_eq!(a.health, Health::Degraded, "{}", a.message);
         assert!(a.message.contains("ConfigError"), "{}", a.message);
     }
@@ -2457,7 +2458,7 @@ mod tests {
             "metadata": {"name": "deploy", "generation": 1},
             "status": {"conditions": [{"type": "Ready", "status": true, "observedGeneration": 1}]}}),
         );
-        let a = assess(&o).unwrap();
+        let a = assess(&Live::of(&o)).unwrap();
         assert_eq!(a.health, Health::Healthy, "{}", a.message);
         assert_eq!(a.message, "Ready=True");
     }

@@ -8,7 +8,7 @@ use super::{
     Assessment, Cond, Health, conditions, cstr, find, generation_lag, label, phase_message, say,
     stale, stale_condition, state, status, str_at, value, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// The label Numaplane puts on a child (Pipeline, MonoVertex, InterStepBufferService) it
 /// assessed in a progressive upgrade: `failed`, `succeeded` or `force-promoted`.
@@ -47,7 +47,7 @@ const NUMAFLOW_SETUP: &[&str] = &["Configured", "Deployed"];
 /// Departs from Argo CD's checks: `Paused` on purpose is `Suspended`, not `Healthy`, and
 /// `Pausing` is `Progressing` (the pipeline is draining); a child-health condition `False` with
 /// reason `Progressing` is `Progressing`, not `Degraded` (a Deployment rolling out).
-pub(super) fn numaflow(obj: &Object) -> Assessment {
+pub(super) fn numaflow(obj: &Live) -> Assessment {
     if label(obj, PROGRESSIVE_RESULT) == Some("failed") {
         return verdict(
             Health::Degraded,
@@ -167,7 +167,7 @@ const NUMAPLANE_CHILD_ON_ITS_WAY: &[&str] = &["Progressing", "ISBSvcPending", "P
 ///
 /// Departs from Argo CD's checks: a rollout whose child is paused on purpose is `Suspended`,
 /// not `Healthy`.
-pub(super) fn numaplane(obj: &Object) -> Assessment {
+pub(super) fn numaplane(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("Numaplane");
     }

@@ -7,13 +7,13 @@ use super::{
     Assessment, Health, conditions, cstr, find, generation_behind, generation_lag, say, state,
     status, str_at, true_at, value, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// Who writes these statuses, for messages.
 const FRAMEWORK: &str = "the governance policy framework";
 
 /// The entries of a list at a path, as mappings.
-fn entries<'a>(obj: &'a Object, path: &[&str]) -> Vec<&'a Map<String, Value>> {
+fn entries<'a>(obj: &'a Live, path: &[&str]) -> Vec<&'a Map<String, Value>> {
     value(obj, path)
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_object).collect())
@@ -39,7 +39,7 @@ fn entries<'a>(obj: &'a Object, path: &[&str]) -> Vec<&'a Map<String, Value>> {
 /// Departs from Argo CD's checks: a disabled policy is `Suspended`, not `Healthy`; `Pending`
 /// is `Progressing`, not `Degraded` (the framework holds the templates until the dependencies
 /// are met; a dependency that fails shows as its own policy's `NonCompliant`).
-pub(super) fn policy(obj: &Object) -> Assessment {
+pub(super) fn policy(obj: &Live) -> Assessment {
     if true_at(obj, &["spec", "disabled"]) {
         return verdict(
             Health::Suspended,
@@ -144,7 +144,7 @@ const CLEANUP_ERROR: &str = "Error cleaning up child objects";
 /// `controllers/configurationpolicy_controller.go` (`reasonCleanupError`, how the overall
 /// state follows the templates'); stolostron/cert-policy-controller
 /// `api/v1/certificatepolicy_types.go` (`CertificatePolicyStatus`, `CompliancyDetails`).
-pub(super) fn configuration_policy(obj: &Object) -> Assessment {
+pub(super) fn configuration_policy(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting(FRAMEWORK);
     }
@@ -249,7 +249,7 @@ pub(super) fn configuration_policy(obj: &Object) -> Assessment {
 /// `observedGeneration`, `conditions`) and `controllers/operatorpolicy_status.go`
 /// (`compliantConditionType`, `validPolicyConditionType`, `updateComplianceCondition`,
 /// `calculateComplianceCondition`).
-pub(super) fn operator_policy(obj: &Object) -> Assessment {
+pub(super) fn operator_policy(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting(FRAMEWORK);
     }

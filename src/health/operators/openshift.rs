@@ -8,8 +8,8 @@ use super::{
     conditions, conditions_in, cstr, find, generation_lag, int_at, say, state, status, true_at,
     value, verdict, waiting,
 };
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// A DeploymentConfig, read as `oc rollout status` reads it: its `Progressing` condition says
 /// where the latest rollout is (`apps/v1/consts.go`: `NewReplicationControllerAvailable` when
@@ -28,7 +28,7 @@ use crate::object::Object;
 ///    finished rollout went away);
 /// 7. fewer available replicas than `spec.replicas`: `Progressing`;
 /// 8. otherwise `Healthy`.
-pub(super) fn deployment_config(obj: &Object) -> Assessment {
+pub(super) fn deployment_config(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("OpenShift");
     }
@@ -77,7 +77,7 @@ pub(super) fn deployment_config(obj: &Object) -> Assessment {
 /// (`route/v1/types.go` `RouteIngress`, `RouteAdmitted`). `Admitted=False` (a host another route
 /// claimed, a rejected configuration) is `Degraded`; no router has reported yet, or one says
 /// `Unknown`, is `Progressing`; every router admitting it is `Healthy`.
-pub(super) fn route(obj: &Object) -> Assessment {
+pub(super) fn route(obj: &Live) -> Assessment {
     let ingress: Vec<&serde_json::Value> = value(obj, &["status", "ingress"])
         .and_then(serde_json::Value::as_array)
         .map(|a| a.iter().collect())

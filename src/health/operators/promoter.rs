@@ -20,7 +20,7 @@ use super::{
     Cond, conditions, find, generation_lag, say, stale, stale_condition, state, status, str_at,
     value, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// Who writes the status, for messages.
 const PROMOTER: &str = "GitOps Promoter";
@@ -31,7 +31,7 @@ const CONFLICT: &str = "the object has been modified";
 
 /// The rule for a GitOps Promoter kind, `None` for a kind with no status (RevertCommit, a
 /// scaffold) or one this rule does not know.
-pub(super) fn assess(obj: &Object) -> Option<Assessment> {
+pub(super) fn assess(obj: &Live) -> Option<Assessment> {
     Some(match obj.kind() {
         "PromotionStrategy" => promotion_strategy(obj),
         "ChangeTransferPolicy" => change_transfer_policy(obj),
@@ -65,7 +65,7 @@ pub(super) fn assess(obj: &Object) -> Option<Assessment> {
 /// ArgoCDCommitStatus's read `Ready=Unknown` as they read `True` (here it is `Progressing`: the
 /// promoter writes it only while a child is not ready yet), and every one reads a write conflict
 /// as `Degraded`.
-fn reconciled(obj: &Object) -> Result<&Cond, Assessment> {
+fn reconciled(obj: &Live) -> Result<&Cond, Assessment> {
     if status(obj).is_none() {
         return Err(waiting(PROMOTER));
     }
@@ -109,7 +109,7 @@ fn reconciled(obj: &Object) -> Result<&Cond, Assessment> {
 /// Follows gitops-promoter `internal/controller/gitrepository_controller.go`,
 /// `scmprovider_controller.go`, `clusterscmprovider_controller.go` and `internal/utils/utils.go`
 /// (`HandleReconciliationResult`).
-fn configuration(obj: &Object) -> Assessment {
+fn configuration(obj: &Live) -> Assessment {
     match reconciled(obj) {
         Ok(c) => verdict(Health::Healthy, say(c)),
         Err(a) => a,
@@ -124,7 +124,7 @@ fn configuration(obj: &Object) -> Assessment {
 ///
 /// Follows gitops-promoter `api/v1alpha1/controllerconfiguration_types.go` and
 /// `internal/controller/controllerconfiguration_controller.go`.
-fn controller_configuration(obj: &Object) -> Assessment {
+fn controller_configuration(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return verdict(
             Health::Healthy,
@@ -145,7 +145,7 @@ fn controller_configuration(obj: &Object) -> Assessment {
 ///
 /// Follows gitops-promoter `api/v1alpha1/commitstatus_types.go` (`CommitStatusPhase`) and
 /// `internal/controller/commitstatus_controller.go`.
-fn commit_status(obj: &Object) -> Assessment {
+fn commit_status(obj: &Live) -> Assessment {
     let ready = match reconciled(obj) {
         Ok(c) => c,
         Err(a) => return a,
@@ -183,7 +183,7 @@ fn commit_status(obj: &Object) -> Assessment {
 /// expression evaluated to false"), `timedcommitstatus_types.go`, `webrequestcommitstatus_types.go`
 /// (`Phase`, `PhasePerBranch`), `scheduledcommitstatus_types.go` and
 /// `internal/controller/gitcommitstatus_controller.go` (`evaluateExpression`).
-fn gate(obj: &Object) -> Assessment {
+fn gate(obj: &Live) -> Assessment {
     let ready = match reconciled(obj) {
         Ok(c) => c,
         Err(a) => return a,
@@ -227,7 +227,7 @@ fn gate(obj: &Object) -> Assessment {
 ///
 /// Follows gitops-promoter `api/v1alpha1/argocdcommitstatus_types.go`
 /// (`ApplicationsSelected`) and `internal/controller/argocdcommitstatus_controller.go`.
-fn argocd_commit_status(obj: &Object) -> Assessment {
+fn argocd_commit_status(obj: &Live) -> Assessment {
     let ready = match reconciled(obj) {
         Ok(c) => c,
         Err(a) => return a,
@@ -262,7 +262,7 @@ fn argocd_commit_status(obj: &Object) -> Assessment {
 /// Follows gitops-promoter `api/v1alpha1/pullrequest_types.go` (`PullRequestState`,
 /// `ExternallyMergedOrClosed`) and `internal/controller/pullrequest_controller.go`
 /// (`cleanupTerminalStates`, `handleStateTransitions`).
-fn pull_request(obj: &Object) -> Assessment {
+fn pull_request(obj: &Live) -> Assessment {
     let ready = match reconciled(obj) {
         Ok(c) => c,
         Err(a) => return a,
@@ -305,7 +305,7 @@ fn pull_request(obj: &Object) -> Assessment {
 /// `HydratorMetadata`) and `internal/controller/changetransferpolicy_controller.go`
 /// (`calculateStatus`, `validateProposedDryMetadata`, `createOrUpdatePullRequest`: a pull request
 /// only when the proposed dry SHA differs from the active one).
-fn change_transfer_policy(obj: &Object) -> Assessment {
+fn change_transfer_policy(obj: &Live) -> Assessment {
     if let Err(a) = reconciled(obj) {
         return a;
     }
@@ -345,7 +345,7 @@ fn change_transfer_policy(obj: &Object) -> Assessment {
 /// Follows gitops-promoter `api/v1alpha1/promotionstrategy_types.go` (`EnvironmentStatus`,
 /// `environments` `MinItems=1`) and `internal/controller/promotionstrategy_controller.go`
 /// (`calculateStatus`, `enqueueOutOfSyncCTPs`).
-fn promotion_strategy(obj: &Object) -> Assessment {
+fn promotion_strategy(obj: &Live) -> Assessment {
     if let Err(a) = reconciled(obj) {
         return a;
     }

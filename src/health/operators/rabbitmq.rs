@@ -6,8 +6,8 @@ use super::{
     OnFalse, ReadyRule, conditions, cstr, find, generation_lag, label, ready_condition, say, state,
     status, str_at, verdict, waiting,
 };
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// Who writes a RabbitmqCluster's status, for messages.
 const CLUSTER_OPERATOR: &str = "the RabbitMQ Cluster Operator";
@@ -33,7 +33,7 @@ const PAUSE_LABEL: &str = "rabbitmq.com/pauseReconciliation";
 /// (`SetConditions`: `ReconcileSuccess` `Unknown` `Initialising` at first; `quorumStatus`) and
 /// `internal/controller/rabbitmqcluster_controller.go` (`pauseReconciliationLabel`,
 /// `setReconcileSuccess`: `observedGeneration` set only with `ReconcileSuccess=True`).
-pub(super) fn cluster(obj: &Object) -> Assessment {
+pub(super) fn cluster(obj: &Live) -> Assessment {
     if label(obj, PAUSE_LABEL) == Some("true") {
         return verdict(
             Health::Suspended,
@@ -120,7 +120,7 @@ const TOPOLOGY: ReadyRule = ReadyRule {
 ///
 /// Differs from Argo CD's checks, which read no status as `Unknown` and `Ready=True` as
 /// `Healthy` even when `observedGeneration` is behind: both wait for the operator here.
-pub(super) fn topology(obj: &Object) -> Assessment {
+pub(super) fn topology(obj: &Live) -> Assessment {
     let conds = conditions(obj);
     if let Some(c) = find(&conds, "Ready")
         && state(c) == "False"

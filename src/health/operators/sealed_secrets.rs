@@ -8,13 +8,13 @@
 //! Pure: no I/O.
 
 use super::{conditions, find, generation_lag, say, state, status, verdict, waiting};
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// `Synced=False`: `Degraded` (decryption or the Secret's update failed; the controller retries
 /// only when the SealedSecret or its keys change); no status or no `Synced` yet, or
 /// `status.observedGeneration` behind: `Progressing`; `Synced=True`: `Healthy`.
-pub(super) fn sealed_secret(obj: &Object) -> Assessment {
+pub(super) fn sealed_secret(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("the Sealed Secrets controller");
     }

@@ -9,12 +9,12 @@
 //! Pure: no I/O.
 
 use super::{status, str_at, true_at, value, verdict, waiting};
+use crate::health::Live;
 use crate::health::{Assessment, Health};
-use crate::object::Object;
 
 /// `status.error` set: `Degraded` with its message; `readyToUse: true`: `Healthy`; no status yet,
 /// or not ready to use yet: `Progressing`.
-pub(super) fn snapshot(obj: &Object) -> Assessment {
+pub(super) fn snapshot(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting("the snapshot controller");
     }

@@ -8,7 +8,7 @@ use super::{
     Assessment, Cond, Health, conditions, cstr, find, generation_lag, phase_message, say, state,
     status, str_at, true_at, verdict, waiting,
 };
-use crate::object::Object;
+use crate::health::Live;
 
 /// Who writes these statuses, for messages.
 const OPERATOR: &str = "the 3scale operator";
@@ -39,7 +39,7 @@ const OPERATOR: &str = "the 3scale operator";
 /// Departs from Argo CD's checks: a DeveloperAccount's `Waiting=True` is `Progressing`, not
 /// `Suspended` (the operator waits for the admin DeveloperUser CR, `createDevAccount` in
 /// `controllers/capabilities/developeraccount_threescale_reconciler.go`, and retries by itself).
-pub(super) fn capability(obj: &Object) -> Assessment {
+pub(super) fn capability(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting(OPERATOR);
     }
@@ -99,7 +99,7 @@ fn says_why(c: &Cond) -> bool {
 /// (`spec.suspend`, `status.state`), `developeruser_types.go` (`spec.suspended`,
 /// `status.developerUserState`), `developeraccount_types.go` (`status.accountState`) and
 /// `controllers/capabilities/application_threescale_reconciler.go` (suspend and resume).
-fn held(obj: &Object, kind: &str) -> Option<Assessment> {
+fn held(obj: &Live, kind: &str) -> Option<Assessment> {
     let (field, held_state, asked) = match kind {
         "Application" => ("state", "suspended", Some("suspend")),
         "DeveloperUser" => ("developerUserState", "suspended", Some("suspended")),
@@ -145,7 +145,7 @@ fn held(obj: &Object, kind: &str) -> Option<Assessment> {
 /// `APIManagerSecretsAvailableConditionType`, `APIManagerStatus.Deployments`) and
 /// `controllers/apps/apimanager_status_reconciler.go` (`calculateStatus`,
 /// `reconcilePreflightsStatus`, `secretsAvailableCondition`).
-pub(super) fn api_manager(obj: &Object) -> Assessment {
+pub(super) fn api_manager(obj: &Live) -> Assessment {
     if status(obj).is_none() {
         return waiting(OPERATOR);
     }
