@@ -358,6 +358,9 @@ enum Prepared {
 /// one inserts (fewer: a thread would cost more than it saves).
 const SERIALIZE_APART: usize = 256;
 
+/// Creates handed from the serializing thread to the inserting one at a time.
+const SERIALIZE_BATCH: usize = 128;
+
 fn commit_blocking(
     conn: &mut Connection,
     writes: Vec<(ObjectKey, Write)>,
@@ -390,21 +393,26 @@ fn commit_blocking(
     let many = writes.len() >= SERIALIZE_APART;
     std::thread::scope(|scope| {
         let writes: Box<dyn Iterator<Item = Prepared>> = if many {
-            let (send, receive) = std::sync::mpsc::sync_channel(64);
+            // Handed over a batch at a time: one at a time, the two threads woke each other
+            // (a futex call) about once per write.
+            let (send, receive) = std::sync::mpsc::sync_channel::<Vec<Prepared>>(4);
             let span = tracing::debug_span!("sqlite_serialize", writes = writes.len());
             let started = std::thread::Builder::new()
                 .name("sqlite-serialize".into())
                 .spawn_scoped(scope, move || {
                     let _span = span.entered();
-                    for w in writes {
+                    let mut writes = writes.into_iter().peekable();
+                    while writes.peek().is_some() {
+                        let batch: Vec<Prepared> =
+                            writes.by_ref().take(SERIALIZE_BATCH).map(prepare).collect();
                         // The loop stopped (an error): nothing more to make.
-                        if send.send(prepare(w)).is_err() {
+                        if send.send(batch).is_err() {
                             break;
                         }
                     }
                 });
             match started {
-                Ok(_) => Box::new(receive.into_iter()),
+                Ok(_) => Box::new(receive.into_iter().flatten()),
                 Err(e) => {
                     return Err(Error::Backend {
                         op: "commit",
