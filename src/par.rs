@@ -84,6 +84,18 @@ pub fn map_batched<T: Sync, R: Send>(
     }
 }
 
+/// Lowers the calling thread to the lowest scheduling priority (nice 19), for work that may
+/// wait for an idle core. Linux gives each thread its own nice value (`setpriority(2)`, NOTES);
+/// elsewhere, and when refused, this does nothing.
+pub fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority only changes the scheduling priority of this thread (its id).
+        let tid = unsafe { libc::gettid() };
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

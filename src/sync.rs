@@ -26,7 +26,7 @@
 mod config;
 mod verified;
 pub use config::{RetryConfig, SyncConfig, TargetConfig};
-pub use verified::{Persisted, VERIFIED_KIND, desired_digest};
+pub use verified::{Persisted, VERIFIED_KIND, desired_digest, desired_digest_here};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 

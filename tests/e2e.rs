@@ -2178,6 +2178,40 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
     assert!(stdout(&out).contains("2 unchanged"), "{}", stdout(&out));
 }
 
+/// The same with a desired set large enough that its digest is made on a thread of its own
+/// beside the sync (512 objects or more): the next process takes the set up, so the digest the
+/// first one recorded is the one of the set it read.
+#[test]
+fn a_large_set_is_taken_up_by_the_next_process_with_the_digest_made_beside_the_sync() {
+    let env = Env::new();
+    let docs: Vec<String> = (0..600)
+        .map(|i| configmap(&format!("c{i:03}"), &[("i", &i.to_string())]))
+        .collect();
+    env.repo.write("app/many.yaml", docs.join("---\n"));
+    env.repo.commit("600 more");
+    let sync = |env: &Env| {
+        let out = env
+            .cmd()
+            .arg("sync")
+            .env("RUST_LOG", "driftless=debug")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let log = stderr(&out);
+        (
+            log.contains("Manifests parsed"),
+            log.contains("taken up from the inventory"),
+            stdout(&out),
+        )
+    };
+    let (parsed, taken, out) = sync(&env);
+    assert!(parsed && !taken, "{out}");
+    assert!(out.contains("602 created"), "{out}");
+    let (parsed, taken, out) = sync(&env);
+    assert!(!parsed && taken, "the same files: not parsed again; {out}");
+    assert!(out.contains("602 unchanged"), "{out}");
+}
+
 /// The running agent records what its passes found as declared when it stops (as a one-shot
 /// sync does after each pass), so a restarted agent takes the set up from the inventory instead
 /// of parsing the revision and reading every object again; what moved while no agent ran is

@@ -156,11 +156,7 @@ impl Persisted {
 /// Equal digests mean the same declarations byte for byte. The texts are made on all cores
 /// ([`crate::par::map_batched`]); the digest is the same as made one by one.
 pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(env!("CARGO_PKG_VERSION").as_bytes());
-    h.update([0]);
-    h.update(settings.as_bytes());
-    h.update([0]);
+    let mut h = digest_head(settings);
     // The texts are made on all cores, a batch at a time (bounded memory), and hashed in order.
     let objects: Vec<&Object> = desired.values().collect();
     crate::par::map_batched(
@@ -178,6 +174,34 @@ pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> 
         },
         |text| h.update(text.as_bytes()),
     );
+    hex(h)
+}
+
+/// [`desired_digest`] made on this thread alone (for a thread that works beside others, at a
+/// low priority): the same digest.
+pub fn desired_digest_here(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
+    let mut h = digest_head(settings);
+    let mut text = String::new();
+    for o in desired.values() {
+        text.clear();
+        text.push_str(&o.to_json());
+        text.push('\0');
+        h.update(text.as_bytes());
+    }
+    hex(h)
+}
+
+/// The hash of a digest's head: driftless's version and the settings.
+fn digest_head(settings: &str) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update([0]);
+    h.update(settings.as_bytes());
+    h.update([0]);
+    h
+}
+
+fn hex(h: Sha256) -> String {
     h.finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -198,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn the_digest_made_on_all_cores_is_the_one_made_one_by_one() {
+    fn the_digest_made_on_all_cores_or_on_one_is_the_one_made_one_by_one() {
         // Across batch and part boundaries (4096, 256), and empty.
         for n in [0, 1, 255, 257, 4097, 9000] {
             let desired = set(n);
@@ -213,6 +237,7 @@ mod tests {
             }
             let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(desired_digest(&desired, "s"), want, "{n} objects");
+            assert_eq!(desired_digest_here(&desired, "s"), want, "{n} objects");
         }
     }
 
