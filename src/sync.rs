@@ -1201,14 +1201,14 @@ async fn attempt_sync(
     };
     // The entries after this sync: copied only when it changes them.
     let after = (!updates.is_empty()).then(|| {
-        let mut after = inventory.entries.clone();
-        for (k, v) in &updates {
-            match v {
-                Some(o) => after.insert(k.clone(), o.clone()),
-                None => after.remove(k),
-            };
-        }
-        after
+        settled(
+            inventory
+                .entries
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .chain(updates.iter().cloned())
+                .collect(),
+        )
     });
     let retained = retained_after(after.as_ref().unwrap_or(&inventory.entries));
     let changed = changed || retained != inventory.retained;
@@ -1245,21 +1245,35 @@ async fn attempt_sync(
                 Some(o) => o,
                 None => Ownership::load(store).await?,
             };
-            let before = index.clone();
+            // Claims: every entry no app owns yet, in one walk of both (in key order).
+            let mut claims = Vec::new();
+            let mut owned = index.owners.keys().peekable();
             for k in next.entries.keys() {
-                index
-                    .owners
-                    .entry(k.clone())
-                    .or_insert_with(|| req.app.to_string());
+                while owned.next_if(|o| *o < k).is_some() {}
+                if owned.next_if(|o| *o == k).is_none() {
+                    claims.push((k.clone(), Some(req.app.to_string())));
+                }
+            }
+            let mut changed = !claims.is_empty();
+            if changed {
+                let owners = std::mem::take(&mut index.owners);
+                index.owners = settled(
+                    owners
+                        .into_iter()
+                        .map(|(k, o)| (k, Some(o)))
+                        .chain(claims)
+                        .collect(),
+                );
             }
             for k in inventory.entries.keys() {
                 if !next.entries.contains_key(k)
                     && index.owners.get(k).is_some_and(|o| o == req.app)
                 {
                     index.owners.remove(k);
+                    changed = true;
                 }
             }
-            if index != before || index.resource_version.is_none() {
+            if changed || index.resource_version.is_none() {
                 writes.push(Write::PutRecord {
                     record: index.to_record_text()?,
                     precondition: match index.resource_version {
@@ -1291,11 +1305,10 @@ async fn attempt_sync(
         Some(n) => Some(n),
         None => fresh.then(|| inventory.clone()),
     };
-    let mut live_after: BTreeMap<ObjectKey, store::Stored> = live
-        .into_iter()
-        .map(|(k, o)| (k, store::Stored::from(o)))
-        .collect();
     let mut written = Vec::new();
+    // What the live set becomes: the objects as stored (after what was read of them), the
+    // deleted ones gone.
+    let mut stored = Vec::with_capacity(committed.stored.len());
     for obj in committed.stored {
         let key = obj.key();
         if key.is_reserved() {
@@ -1311,13 +1324,19 @@ async fn attempt_sync(
             key.clone(),
             obj.resource_version().unwrap_or(committed.revision),
         ));
-        live_after.insert(key, obj);
+        stored.push((key, Some(obj)));
     }
     for step in &plan.steps {
         if step.action == Action::Delete && step.skipped.is_none() {
-            live_after.remove(&step.key);
+            stored.push((step.key.clone(), None));
         }
     }
+    let live_after: BTreeMap<ObjectKey, store::Stored> = settled(
+        live.into_iter()
+            .map(|(k, o)| (k, Some(store::Stored::from(o))))
+            .chain(stored)
+            .collect(),
+    );
     // A suspect applied at once that the server found nothing to change in (it kept the
     // resourceVersion) was no drift.
     if store.promises().server_side_apply && req.scope.is_some() {
@@ -1363,6 +1382,26 @@ async fn attempt_sync(
         still_unchanged,
         verified,
     })
+}
+
+/// The map that `entries` leave, taken in order: a later entry for a key replaces an earlier
+/// one, and `None` removes the key. Sorted (stably: runs already in order cost a merge) and
+/// built at once (`BTreeMap`'s bulk build from sorted input), with no search per key: a map of
+/// 10,000 objects updated one insert at a time spent about 13 key comparisons, mostly cache
+/// misses, on each.
+fn settled<V>(mut entries: Vec<(ObjectKey, Option<V>)>) -> BTreeMap<ObjectKey, V> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(entries.len());
+    let mut entries = entries.into_iter().peekable();
+    while let Some((k, v)) = entries.next() {
+        if entries.peek().is_some_and(|(next, _)| *next == k) {
+            continue;
+        }
+        if let Some(v) = v {
+            out.push((k, v));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// True when every key of `keys` (in ascending order) is a key of `map`. Many keys: one walk
@@ -1511,6 +1550,26 @@ mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
     use serde_json::json;
+
+    proptest::proptest! {
+        /// The map `settled` builds is the one inserting and removing the entries one at a
+        /// time, in order, gives.
+        #[test]
+        fn settled_is_the_map_entries_leave_one_at_a_time(
+            entries in proptest::collection::vec((0u8..40, proptest::option::of(0u32..5)), 0..120)
+        ) {
+            let key = |n: u8| ObjectKey::new("", "ConfigMap", "ns", format!("c{n}"));
+            let mut want = BTreeMap::new();
+            for (n, v) in &entries {
+                match v {
+                    Some(v) => want.insert(key(*n), *v),
+                    None => want.remove(&key(*n)),
+                };
+            }
+            let got = settled(entries.iter().map(|(n, v)| (key(*n), *v)).collect());
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 
     fn cm(name: &str, v: &str) -> Object {
         Object::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
