@@ -1389,7 +1389,7 @@ async fn attempt_sync(
 /// built at once (`BTreeMap`'s bulk build from sorted input), with no search per key: a map of
 /// 10,000 objects updated one insert at a time spent about 13 key comparisons, mostly cache
 /// misses, on each.
-fn settled<V>(mut entries: Vec<(ObjectKey, Option<V>)>) -> BTreeMap<ObjectKey, V> {
+pub(crate) fn settled<V>(mut entries: Vec<(ObjectKey, Option<V>)>) -> BTreeMap<ObjectKey, V> {
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::with_capacity(entries.len());
     let mut entries = entries.into_iter().peekable();

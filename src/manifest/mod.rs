@@ -216,20 +216,23 @@ pub fn assemble(
         for mut declared in parsed.objects {
             let obj = &mut declared.object;
             default_namespace(obj, opts);
-            let key = obj.key();
-            if let Some(first) = set.objects.get(&key) {
-                set.diagnostics.push(Diagnostic::error(
-                    &declared.path,
-                    declared.line,
-                    declared.column,
-                    format!(
-                        "{key} is declared twice: here and at {}:{}:{}; keep one of them",
-                        first.path, first.line, first.column
-                    ),
-                ));
-                continue;
+            match set.objects.entry(obj.key()) {
+                std::collections::btree_map::Entry::Occupied(first) => {
+                    let (key, first) = (first.key(), first.get());
+                    set.diagnostics.push(Diagnostic::error(
+                        &declared.path,
+                        declared.line,
+                        declared.column,
+                        format!(
+                            "{key} is declared twice: here and at {}:{}:{}; keep one of them",
+                            first.path, first.line, first.column
+                        ),
+                    ));
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(declared);
+                }
             }
-            set.objects.insert(key, declared);
         }
     }
     set
