@@ -127,7 +127,11 @@ async fn pass(
     let (mut rendered, mut reused) = (0, 0);
     for ((render, key), cfg) in renders.iter_mut().zip(keys.iter_mut()).zip(cfgs) {
         let started = Instant::now();
-        let prepared = render.prepare(git, cfg, revision).await.expect("prepare");
+        // As the agent: all is read when no key is in force yet.
+        let prepared = render
+            .prepare(git, cfg, revision, key.is_none())
+            .await
+            .expect("prepare");
         if key.as_deref() == Some(prepared.key.as_str()) {
             // The agent's check: the key in force is the key of this revision.
             reused += 1;

@@ -955,7 +955,12 @@ impl App {
                 }
             }
         }
-        let prepared = match self.render.prepare(&self.git, &self.cfg, &revision).await {
+        let to_render = self.in_force.is_none();
+        let prepared = match self
+            .render
+            .prepare(&self.git, &self.cfg, &revision, to_render)
+            .await
+        {
             Ok(p) => p,
             Err(crate::render::Error::Source(e @ source::Error::PathNotFound { .. })) => {
                 let message = format!("{e} (source.path in the config)");

@@ -504,6 +504,12 @@ impl Render {
     /// the overlays and charts, the walk of their references (refusals become diagnostics),
     /// and the key that covers it all.
     ///
+    /// `to_render`: the caller will render what this reads whatever its key (it holds no set
+    /// in force this revision could turn out to be). With nothing parsed before either, every
+    /// plain file is then read as it is listed: one pass over the Git objects instead of a
+    /// listing (each object's header) and a read. Else the files are only listed, and
+    /// [`Render::render`] reads those it has not parsed.
+    ///
     /// # Errors
     ///
     /// [`Error::Source`]: [`source::Error::PathNotFound`] when the path is not a folder at that
@@ -514,6 +520,7 @@ impl Render {
         git: &GitCache,
         cfg: &AppConfig,
         revision: &Revision,
+        to_render: bool,
     ) -> Result<Prepared, Error> {
         let s = &self.settings;
         if self.renderer == Renderer::Helm {
@@ -528,16 +535,19 @@ impl Render {
             return self.prepare_helm(git, revision, settings, chart).await;
         }
         // Listed, not read: a key equal to the set in force's needs no contents, and a
-        // render reads only the blobs it has not parsed before.
-        let mut files = git
-            .read_listed(
-                &cfg.source.repo.value,
-                revision,
-                &cfg.source.path.value,
-                cfg.source.limits.limits(),
-                manifest::is_manifest_path,
-            )
-            .await?;
+        // render reads only the blobs it has not parsed before; unless all will be read.
+        let (repo, path, limits) = (
+            &cfg.source.repo.value,
+            &cfg.source.path.value,
+            cfg.source.limits.limits(),
+        );
+        let mut files = if to_render && self.parsed.is_empty() {
+            git.read_selected(repo, revision, path, limits, manifest::is_manifest_path)
+                .await?
+        } else {
+            git.read_listed(repo, revision, path, limits, manifest::is_manifest_path)
+                .await?
+        };
         let path = s.path.clone();
         let mut diagnostics = Vec::new();
         if files.charts.contains(&path) && self.renderer == Renderer::Auto {
@@ -750,7 +760,7 @@ impl Render {
         cfg: &AppConfig,
         revision: &Revision,
     ) -> Result<DesiredSet, Error> {
-        let prepared = self.prepare(git, cfg, revision).await?;
+        let prepared = self.prepare(git, cfg, revision, true).await?;
         self.render(git, prepared).await
     }
 
