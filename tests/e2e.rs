@@ -2126,14 +2126,26 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
     // The same build copied elsewhere (same build id): it reads the files as this one does,
     // so it takes the set up too.
     let run = |exe: &std::path::Path| {
-        let out = Command::new(exe)
-            .arg("-c")
-            .arg(env.config())
-            .arg("sync")
-            .current_dir(env.dir.path())
-            .env("RUST_LOG", "driftless=debug")
-            .output()
-            .unwrap();
+        // A copy just written can be busy for a moment ("Text file busy"): another test's
+        // process forked while the copy was open for writing holds it until it runs its own
+        // program. Tried again then.
+        let mut tries = 0;
+        let out = loop {
+            match Command::new(exe)
+                .arg("-c")
+                .arg(env.config())
+                .arg("sync")
+                .current_dir(env.dir.path())
+                .env("RUST_LOG", "driftless=debug")
+                .output()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         out
     };
