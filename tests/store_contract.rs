@@ -451,6 +451,39 @@ async fn check_large_commit(b: &Backend) {
 }
 
 #[tokio::test]
+async fn a_commit_writing_a_key_twice_is_refused_whole() {
+    on_every_backend!(check_twice);
+}
+
+/// Two writes of one key in a commit are a conflict, refused before anything of the commit is
+/// stored: in a small commit, and in one of 300 (SQLite finds it on its serializing thread,
+/// after the inserts before it), the second write first or last.
+async fn check_twice(b: &Backend) {
+    let s = &b.store;
+    let name = s.backend();
+    let before = s.revision().await.unwrap();
+    for (n, at) in [(2, 1), (300, 299), (300, 1)] {
+        let mut writes: Vec<Write> = (0..n)
+            .map(|i| put(cm(&format!("twice-{n}-{i:03}"), json!({})), Precondition::Any))
+            .collect();
+        writes[at] = put(
+            cm(&format!("twice-{n}-000"), json!({"again": "1"})),
+            Precondition::Any,
+        );
+        let err = s.commit(writes).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Conflict { key, .. } if key.name() == format!("twice-{n}-000")),
+            "{name}: {err}"
+        );
+        assert!(
+            s.get(&key(&format!("twice-{n}-000"))).await.unwrap().is_none(),
+            "{name}: nothing of it stored"
+        );
+    }
+    assert_eq!(s.revision().await.unwrap(), before, "{name}");
+}
+
+#[tokio::test]
 async fn reading_many_keys_at_once_gives_exactly_those_present() {
     on_every_backend!(check_get_many);
 }

@@ -1048,18 +1048,30 @@ pub(crate) fn stamp_record(
 /// Rejects a transaction that writes one key twice (its outcome would depend on order); gives
 /// each write's key, in order, for the backend to reuse.
 pub(crate) fn check_distinct(writes: &[Write]) -> Result<Vec<ObjectKey>> {
-    let keys: Vec<ObjectKey> = writes.iter().map(Write::key).collect();
-    let mut seen = std::collections::HashSet::with_capacity(keys.len());
-    for key in &keys {
-        if !seen.insert(key) {
+    let mut seen = Distinct::with_capacity(writes.len());
+    writes.iter().map(|w| seen.add(w)).collect()
+}
+
+/// The keys of a transaction's writes seen so far ([`check_distinct`], one write at a time).
+pub(crate) struct Distinct(std::collections::HashSet<ObjectKey>);
+
+impl Distinct {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Distinct(std::collections::HashSet::with_capacity(n))
+    }
+
+    /// `write`'s key, or the conflict of a second write of a key.
+    pub(crate) fn add(&mut self, write: &Write) -> Result<ObjectKey> {
+        let key = write.key();
+        if !self.0.insert(key.clone()) {
             return Err(Error::Conflict {
-                key: Box::new(key.clone()),
+                key: Box::new(key),
                 expected: "one write per key in a transaction".into(),
                 found: "two writes".into(),
             });
         }
+        Ok(key)
     }
-    Ok(keys)
 }
 
 /// Parses a stored value.

@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 
 use super::checkpoint::Checkpointer;
 use super::{
-    Committed, Error, Event, Listing, Precondition, Result, Selector, Store, Stored, Watch,
-    WatchItem, Write, check_distinct, decode, stamp_of, stamp_record,
+    Committed, Distinct, Error, Event, Listing, Precondition, Result, Selector, Store, Stored,
+    Watch, WatchItem, Write, check_distinct, decode, stamp_of, stamp_record,
 };
 use crate::object::{Object, ObjectKey};
 
@@ -363,7 +363,7 @@ const SERIALIZE_BATCH: usize = 128;
 
 fn commit_blocking(
     conn: &mut Connection,
-    writes: Vec<(ObjectKey, Write)>,
+    writes: Vec<Write>,
     retain: u64,
     heads: &mut Heads,
 ) -> Result<Committed> {
@@ -392,19 +392,29 @@ fn commit_blocking(
     };
     let many = writes.len() >= SERIALIZE_APART;
     std::thread::scope(|scope| {
-        let writes: Box<dyn Iterator<Item = Prepared>> = if many {
+        let writes: Box<dyn Iterator<Item = Result<Prepared>>> = if many {
             // Handed over a batch at a time: one at a time, the two threads woke each other
             // (a futex call) about once per write.
-            let (send, receive) = std::sync::mpsc::sync_channel::<Vec<Prepared>>(4);
+            // Each write's key is read, and found distinct, on this thread too: the inserting
+            // one starts at once, and a second write of a key fails the commit when the loop
+            // meets it (nothing of the transaction is kept).
+            let (send, receive) = std::sync::mpsc::sync_channel::<Vec<Result<Prepared>>>(4);
             let span = tracing::debug_span!("sqlite_serialize", writes = writes.len());
             let started = std::thread::Builder::new()
                 .name("sqlite-serialize".into())
                 .spawn_scoped(scope, move || {
                     let _span = span.entered();
+                    let mut seen = Distinct::with_capacity(writes.len());
                     let mut writes = writes.into_iter().peekable();
                     while writes.peek().is_some() {
-                        let batch: Vec<Prepared> =
-                            writes.by_ref().take(SERIALIZE_BATCH).map(prepare).collect();
+                        let batch: Vec<Result<Prepared>> = writes
+                            .by_ref()
+                            .take(SERIALIZE_BATCH)
+                            .map(|w| {
+                                let key = seen.add(&w)?;
+                                Ok(prepare((key, w)))
+                            })
+                            .collect();
                         // The loop stopped (an error): nothing more to make.
                         if send.send(batch).is_err() {
                             break;
@@ -421,7 +431,8 @@ fn commit_blocking(
                 }
             }
         } else {
-            Box::new(writes.into_iter().map(prepare))
+            let keys = check_distinct(&writes)?;
+            Box::new(keys.into_iter().zip(writes).map(prepare).map(Ok))
         };
         commit_writes(&tx, writes, revision, heads)
     })
@@ -468,7 +479,7 @@ fn head_meta(key: &ObjectKey, head: &Object) -> (ObjectKey, RecordMeta) {
 /// records written with their metadata for [`Heads`]).
 fn commit_writes(
     tx: &rusqlite::Transaction<'_>,
-    writes: impl Iterator<Item = Prepared>,
+    writes: impl Iterator<Item = Result<Prepared>>,
     revision: u64,
     heads: &Heads,
 ) -> Result<Written> {
@@ -481,7 +492,7 @@ fn commit_writes(
     let mut replace_stmt = tx.prepare_cached(REPLACE_SQL).map_err(backend("commit"))?;
     let mut change_stmt = tx.prepare_cached(CHANGE_SQL).map_err(backend("commit"))?;
     for w in writes {
-        let (key, create, new, body) = match w {
+        let (key, create, new, body) = match w? {
             Prepared::Create {
                 key,
                 object,
@@ -1064,17 +1075,11 @@ impl Store for SqliteStore {
         if writes.is_empty() {
             return Ok(Committed::default());
         }
-        let keys = check_distinct(&writes)?;
         let retain = self.opts.retain_revisions;
         let heads = self.heads.clone();
         self.with_conn("commit", move |c| {
             let mut heads = heads.lock().unwrap_or_else(|e| e.into_inner());
-            commit_blocking(
-                c,
-                keys.into_iter().zip(writes).collect(),
-                retain,
-                &mut heads,
-            )
+            commit_blocking(c, writes, retain, &mut heads)
         })
         .await
     }
