@@ -2045,6 +2045,24 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     assert_eq!(process(none()).await, (0, 0, 0, 5, Synced));
 }
 
+/// One `driftless sync` that succeeds: (it parsed the revision, it took the set up from the
+/// inventory, its standard output).
+fn sync_taking_up(env: &Env) -> (bool, bool, String) {
+    let out = env
+        .cmd()
+        .arg("sync")
+        .env("RUST_LOG", "driftless=debug")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stderr(&out);
+    (
+        log.contains("Manifests parsed"),
+        log.contains("taken up from the inventory"),
+        stdout(&out),
+    )
+}
+
 /// A new `driftless sync` whose revision has the same files at the app's path as the set the
 /// last process applied (plain manifests, same build of driftless) takes that set up from the
 /// inventory instead of parsing the revision again; it still finds and reverts what moved out
@@ -2054,22 +2072,7 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
 fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it() {
     use driftless::store::{Precondition, Store, Write};
     let env = Env::new();
-    // Each run: (parsed the revision, took the set up, stdout).
-    let sync = |env: &Env| {
-        let out = env
-            .cmd()
-            .arg("sync")
-            .env("RUST_LOG", "driftless=debug")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let log = stderr(&out);
-        (
-            log.contains("Manifests parsed"),
-            log.contains("taken up from the inventory"),
-            stdout(&out),
-        )
-    };
+    let sync = sync_taking_up;
     let (parsed, taken, out) = sync(&env);
     assert!(parsed && !taken, "{out}");
     assert!(out.contains("2 created"), "{out}");
@@ -2201,21 +2204,7 @@ fn a_large_set_is_taken_up_by_the_next_process_with_the_digest_made_beside_the_s
         .collect();
     env.repo.write("app/many.yaml", docs.join("---\n"));
     env.repo.commit("600 more");
-    let sync = |env: &Env| {
-        let out = env
-            .cmd()
-            .arg("sync")
-            .env("RUST_LOG", "driftless=debug")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let log = stderr(&out);
-        (
-            log.contains("Manifests parsed"),
-            log.contains("taken up from the inventory"),
-            stdout(&out),
-        )
-    };
+    let sync = sync_taking_up;
     let (parsed, taken, out) = sync(&env);
     assert!(parsed && !taken, "{out}");
     assert!(out.contains("602 created"), "{out}");
