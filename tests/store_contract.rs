@@ -464,7 +464,12 @@ async fn check_twice(b: &Backend) {
     let before = s.revision().await.unwrap();
     for (n, at) in [(2, 1), (300, 299), (300, 1)] {
         let mut writes: Vec<Write> = (0..n)
-            .map(|i| put(cm(&format!("twice-{n}-{i:03}"), json!({})), Precondition::Any))
+            .map(|i| {
+                put(
+                    cm(&format!("twice-{n}-{i:03}"), json!({})),
+                    Precondition::Any,
+                )
+            })
             .collect();
         writes[at] = put(
             cm(&format!("twice-{n}-000"), json!({"again": "1"})),
@@ -476,7 +481,10 @@ async fn check_twice(b: &Backend) {
             "{name}: {err}"
         );
         assert!(
-            s.get(&key(&format!("twice-{n}-000"))).await.unwrap().is_none(),
+            s.get(&key(&format!("twice-{n}-000")))
+                .await
+                .unwrap()
+                .is_none(),
             "{name}: nothing of it stored"
         );
     }
