@@ -75,9 +75,13 @@ pub(super) async fn sync(cfg: Loaded, app: Option<String>, dry_run: bool) -> any
         all_synced &= synced;
         // Freeing an app of 10,000 objects takes a tenth of a second: done beside the next
         // app, and cut short by the exit after the last.
+        let span = tracing::debug_span!("drop_app");
         let _ = std::thread::Builder::new()
             .name("drop-app".into())
-            .spawn(move || drop(app));
+            .spawn(move || {
+                let _span = span.entered();
+                drop(app)
+            });
     }
     // Commit statuses go out before the process ends (bounded: a dead Git host must not hang
     // a CI job).

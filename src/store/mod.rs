@@ -1056,6 +1056,7 @@ pub(crate) fn check_distinct(writes: &[Write]) -> Result<Vec<ObjectKey>> {
 pub(crate) struct Distinct(std::collections::HashSet<ObjectKey>);
 
 impl Distinct {
+    /// None seen yet, with room for `n` keys.
     pub(crate) fn with_capacity(n: usize) -> Self {
         Distinct(std::collections::HashSet::with_capacity(n))
     }
