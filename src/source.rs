@@ -1295,60 +1295,31 @@ impl GitCache {
         let span = tracing::debug_span!("git_read_contents", files = paths.len());
         tokio::task::spawn_blocking(move || {
             let _span = span.entered();
-            // Each blob's inflating and hashing is the cost: the files asked for are read in
-            // as many parts as there are cores, each part through its own handle on the cache
-            // (a git2 repository is not shared between threads).
             let mut wanted: Vec<(&String, &mut Vec<u8>)> = files
                 .files
                 .iter_mut()
                 .filter(|(p, _)| paths.contains(p.as_str()))
                 .map(|(p, c)| (&*p, c))
                 .collect();
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let chunk = wanted.len().div_ceil(threads).max(64);
             let ids = &files.blob_ids;
-            let read_part = |part: &mut [(&String, &mut Vec<u8>)]| -> Result<()> {
-                let repo = open_cache(&repo_path)?;
-                for (path, contents) in part {
-                    let failed = |source| Error::ReadFailed {
-                        what: format!("file {path}"),
-                        source,
-                    };
+            let read = wanted
+                .iter()
+                .map(|(path, _)| {
                     let id = ids.get(path.as_str()).map_or("", String::as_str);
-                    let oid = Oid::from_str(id).map_err(failed)?;
-                    **contents = repo.find_blob(oid).map_err(failed)?.content().to_vec();
-                }
-                Ok(())
-            };
-            let read: Result<()> = std::thread::scope(|scope| {
-                let parent = tracing::Span::current();
-                let handles: Vec<_> = wanted
-                    .chunks_mut(chunk)
-                    .enumerate()
-                    .map(|(i, part)| {
-                        let parent = parent.clone();
-                        let read_part = &read_part;
-                        std::thread::Builder::new()
-                            .name("git-read".into())
-                            .spawn_scoped(scope, move || {
-                                let _span =
-                                    tracing::debug_span!(parent: &parent, "git_read_part", part = i)
-                                        .entered();
-                                read_part(part)
-                            })
-                    })
-                    .collect();
-                handles.into_iter().try_for_each(|h| {
-                    h.map_err(|e| Error::CacheFailed {
-                        path: repo_path.clone(),
-                        source: git2::Error::from_str(&format!(
-                            "cannot start a reading thread: {e}"
-                        )),
-                    })?
-                    .join()
-                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+                    Oid::from_str(id)
+                        .map(|oid| (path.as_str(), oid))
+                        .map_err(|source| Error::ReadFailed {
+                            what: format!("file {path}"),
+                            source,
+                        })
                 })
-            });
+                .collect::<Result<Vec<_>>>()
+                .and_then(|blobs| read_blobs(&open_cache(&repo_path)?, &blobs, u64::MAX))
+                .map(|read| {
+                    for ((_, contents), blob) in wanted.iter_mut().zip(read) {
+                        **contents = blob.unwrap_or_default();
+                    }
+                });
             if let Err(Error::ReadFailed { source, .. }) = &read
                 && damages_cache(source)
             {
@@ -1398,6 +1369,84 @@ fn open_cache(path: &Path) -> Result<Repository> {
     Repository::open_bare(path).map_err(|source| Error::CacheFailed {
         path: path.to_path_buf(),
         source,
+    })
+}
+
+/// Blobs read on each thread at least: fewer are read on the calling thread alone.
+const BLOBS_PER_THREAD: usize = 64;
+
+/// Reads the blobs `blobs` (path, for errors, and id) of the cache `repo`, in as many parts as
+/// there are cores (at least [`BLOBS_PER_THREAD`] each): the first on the calling thread
+/// through `repo`, each other on a thread of its own through its own handle on the cache (a
+/// git2 repository is not shared between threads). Each blob's inflating and hashing is the
+/// cost. Once `budget` bytes are read in all, the parts read no
+/// more: the blobs not read are `None`. The contents come back in the order of `blobs`.
+///
+/// # Errors
+///
+/// [`Error::ReadFailed`] when a blob cannot be read, [`Error::CacheFailed`] when the cache
+/// cannot be opened or a thread cannot be started.
+fn read_blobs(
+    repo: &Repository,
+    blobs: &[(&str, Oid)],
+    budget: u64,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let read = AtomicU64::new(0);
+    let read_part = |repo: &Repository, part: &[(&str, Oid)]| -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(part.len());
+        for (path, oid) in part {
+            if read.load(Ordering::Relaxed) > budget {
+                out.push(None);
+                continue;
+            }
+            let blob = repo.find_blob(*oid).map_err(|source| Error::ReadFailed {
+                what: format!("file {path}"),
+                source,
+            })?;
+            read.fetch_add(blob.size() as u64, Ordering::Relaxed);
+            out.push(Some(blob.content().to_vec()));
+        }
+        Ok(out)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = blobs.len().div_ceil(threads).max(BLOBS_PER_THREAD);
+    if blobs.len() <= chunk {
+        return read_part(repo, blobs);
+    }
+    let (first, rest) = blobs.split_at(chunk);
+    let repo_path = repo.path();
+    std::thread::scope(|scope| {
+        let parent = tracing::Span::current();
+        let handles: Vec<_> = rest
+            .chunks(chunk)
+            .enumerate()
+            .map(|(i, part)| {
+                let parent = parent.clone();
+                let read_part = &read_part;
+                std::thread::Builder::new()
+                    .name("git-read".into())
+                    .spawn_scoped(scope, move || {
+                        let _span =
+                            tracing::debug_span!(parent: &parent, "git_read_part", part = i + 1)
+                                .entered();
+                        read_part(&open_cache(repo_path)?, part)
+                    })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(blobs.len());
+        out.extend(read_part(repo, first)?);
+        for h in handles {
+            let part = h
+                .map_err(|e| Error::CacheFailed {
+                    path: repo_path.to_path_buf(),
+                    source: git2::Error::from_str(&format!("cannot start a reading thread: {e}")),
+                })?
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e))?;
+            out.extend(part);
+        }
+        Ok(out)
     })
 }
 
@@ -1931,8 +1980,18 @@ struct Walker<'r> {
     /// Stop at folders that hold a kustomization file or a chart, and note them
     /// ([`Files::kustomizations`], [`Files::charts`]) instead of reading into them.
     stop_at_rendered: bool,
+    /// When set, the files wanted are noted here (path and blob id, in the order walked)
+    /// rather than read as they are met: [`read_files`] reads them after the walk, on every
+    /// core.
+    deferred: Option<Vec<(String, Oid)>>,
 }
 
+/// The files `wants` selects under `path` at `revision` of the cache `repo`, within `limits`
+/// (with `list_only`, their ids and sizes, not their contents). The contents are read after
+/// the walk on every core ([`read_blobs`]); a walk that a limit stops, or whose files are
+/// larger than `limits.max_bytes` in all, is walked again reading each file as it is met, so
+/// that what is reported (the file at which the walk stopped, and nothing walked after it) is
+/// that walk's.
 fn read_files(
     repo: &Repository,
     revision: &Revision,
@@ -1941,6 +2000,60 @@ fn read_files(
     wants: fn(&str) -> bool,
     list_only: bool,
 ) -> Result<Files> {
+    let walk_reading = |list_only| {
+        read_files_walking(repo, revision, path, limits, wants, list_only, false).map(|w| w.files)
+    };
+    if list_only {
+        return walk_reading(true);
+    }
+    let Walked {
+        mut files,
+        stopped,
+        deferred: pending,
+    } = read_files_walking(repo, revision, path, limits, wants, false, true)?;
+    if stopped {
+        return walk_reading(false);
+    }
+    let blobs: Vec<(&str, Oid)> = pending.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+    let read = read_blobs(repo, &blobs, limits.max_bytes)?;
+    let mut bytes = 0u64;
+    let mut contents = Vec::with_capacity(read.len());
+    for blob in read {
+        match blob {
+            Some(c) if bytes + c.len() as u64 <= limits.max_bytes => {
+                bytes += c.len() as u64;
+                contents.push(c);
+            }
+            _ => return walk_reading(false),
+        }
+    }
+    files
+        .files
+        .extend(pending.into_iter().map(|(p, _)| p).zip(contents));
+    files.files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
+/// One walk of [`read_files_walking`].
+struct Walked {
+    files: Files,
+    /// A limit stopped the walk (`files` is then empty).
+    stopped: bool,
+    /// The files wanted, not read yet (path and blob id, in the order walked), with `defer`.
+    deferred: Vec<(String, Oid)>,
+}
+
+/// [`read_files`] in one walk: each file read as it is met, or (`defer`) noted in
+/// [`Walked::deferred`] to be read after the walk.
+fn read_files_walking(
+    repo: &Repository,
+    revision: &Revision,
+    path: &str,
+    limits: Limits,
+    wants: fn(&str) -> bool,
+    list_only: bool,
+    defer: bool,
+) -> Result<Walked> {
     let read_failed = |what: &str| {
         let what = what.to_string();
         move |source| Error::ReadFailed { what, source }
@@ -1960,6 +2073,7 @@ fn read_files(
     let mut walker = Walker::new(repo, root.clone(), limits, wants, true);
     walker.list_only = list_only;
     walker.out.unread = list_only;
+    walker.deferred = defer.then(Vec::new);
     let tree = if base.is_empty() {
         root
     } else {
@@ -2004,7 +2118,11 @@ fn read_files(
         walker.out.blob_ids.clear();
     }
     walker.out.files.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(walker.out)
+    Ok(Walked {
+        files: walker.out,
+        stopped: walker.stopped,
+        deferred: walker.deferred.unwrap_or_default(),
+    })
 }
 
 enum Resolved<'r> {
@@ -2040,6 +2158,7 @@ impl<'r> Walker<'r> {
             wants,
             list_only: false,
             stop_at_rendered,
+            deferred: None,
         }
     }
 
@@ -2205,6 +2324,13 @@ impl<'r> Walker<'r> {
     }
 
     fn read_blob(&mut self, path: &str, oid: Oid) -> Result<()> {
+        if !self.list_only
+            && let Some(deferred) = &mut self.deferred
+        {
+            deferred.push((path.to_string(), oid));
+            self.out.blob_ids.insert(path.to_string(), oid.to_string());
+            return Ok(());
+        }
         let failed = |source| Error::ReadFailed {
             what: format!("file {path}"),
             source,

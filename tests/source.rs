@@ -885,6 +885,75 @@ async fn folders_too_deep_and_manifests_too_large_are_refused_naming_the_bound()
     );
 }
 
+/// A revision of many files is read after its walk on every core: the same files and bytes
+/// as written, and a byte limit passed part way stops it where a walk reading each file as it
+/// is met stops (the listed walk counts sizes in that order), reporting nothing walked after.
+#[tokio::test]
+async fn a_read_of_many_files_on_every_core_gives_the_files_and_limits_of_one_walk() {
+    let repo = GitRepo::new();
+    let mut written = Vec::new();
+    for i in 0..300 {
+        let path = format!("app/f{i:03}.yaml");
+        let text = configmap(&format!("c{i}"), &[("k", &"v".repeat(i))]);
+        repo.write(&path, text.clone());
+        written.push((path, text));
+    }
+    // Walked last (tree order is by name): a finding only a walk that gets there reports.
+    repo.symlink("app/zz-dangling.yaml", "nowhere.yaml");
+    let id = Revision(repo.commit("many files"));
+    let (_d, cache) = cache();
+    cache.fetch(&repo.url(), None).await.unwrap();
+    let url = repo.url();
+    let (read, listed) = read_and_list(&cache, &url, &id).await;
+    let got: Vec<(String, String)> = read
+        .files
+        .iter()
+        .map(|(p, c)| (p.clone(), String::from_utf8(c.clone()).unwrap()))
+        .collect();
+    assert_eq!(got, written);
+    assert_eq!(read.blob_ids, listed.blob_ids);
+    assert_eq!(read.content_id, listed.content_id);
+    let shown = |f: &driftless::source::Files| {
+        f.diagnostics
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shown(&read).len(),
+        1,
+        "the dangling link: {:?}",
+        shown(&read)
+    );
+
+    // The limit passed at the 151st file, in walk order.
+    let first: u64 = written[..150].iter().map(|(_, t)| t.len() as u64).sum();
+    let limited = Limits {
+        max_bytes: first + 1,
+        ..Limits::default()
+    };
+    let full = cache.read(&url, &id, "app", limited).await.unwrap();
+    let walked = cache
+        .read_listed(
+            &url,
+            &id,
+            "app",
+            limited,
+            driftless::manifest::is_manifest_path,
+        )
+        .await
+        .unwrap();
+    assert_eq!(shown(&full), shown(&walked));
+    assert!(
+        shown(&full).len() == 1
+            && shown(&full)[0].starts_with("app/f150.yaml")
+            && shown(&full)[0].contains("source.limits.maxBytes"),
+        "{:?}",
+        shown(&full)
+    );
+    assert!(full.files.is_empty() && full.blob_ids.is_empty());
+}
+
 #[tokio::test]
 async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_same() {
     let repo = GitRepo::new();
