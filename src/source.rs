@@ -1988,10 +1988,10 @@ struct Walker<'r> {
 
 /// The files `wants` selects under `path` at `revision` of the cache `repo`, within `limits`
 /// (with `list_only`, their ids and sizes, not their contents). The contents are read after
-/// the walk on every core ([`read_blobs`]); a walk that a limit stops, or whose files are
-/// larger than `limits.max_bytes` in all, is walked again reading each file as it is met, so
-/// that what is reported (the file at which the walk stopped, and nothing walked after it) is
-/// that walk's.
+/// the walk on every core ([`read_blobs`]); a walk that a limit stops, whose files are larger
+/// than `limits.max_bytes` in all, or whose reading fails, is walked again reading each file as
+/// it is met, so that what is reported (the file at which the walk stopped, and nothing walked
+/// after it; or the file that cannot be read) is that walk's.
 fn read_files(
     repo: &Repository,
     revision: &Revision,
@@ -2015,7 +2015,12 @@ fn read_files(
         return walk_reading(false);
     }
     let blobs: Vec<(&str, Oid)> = pending.iter().map(|(p, o)| (p.as_str(), *o)).collect();
-    let read = read_blobs(repo, &blobs, limits.max_bytes)?;
+    // A blob that cannot be read, a handle or thread that cannot be had: the walk reading each
+    // file as met decides (it may stop at the byte limit before that blob, as the parts, read
+    // side by side, may not).
+    let Ok(read) = read_blobs(repo, &blobs, limits.max_bytes) else {
+        return walk_reading(false);
+    };
     let mut bytes = 0u64;
     let mut contents = Vec::with_capacity(read.len());
     for blob in read {

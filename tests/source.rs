@@ -13,17 +13,27 @@ async fn read_and_list(
     id: &Revision,
 ) -> (driftless::source::Files, driftless::source::Files) {
     let read = cache.read(url, id, "app", Limits::default()).await.unwrap();
-    let listed = cache
+    (read, list_within(cache, url, id, Limits::default()).await)
+}
+
+/// The manifests of `app` at `id`, listed within `limits` (sizes from the objects' headers,
+/// counted in walk order).
+async fn list_within(
+    cache: &GitCache,
+    url: &str,
+    id: &Revision,
+    limits: Limits,
+) -> driftless::source::Files {
+    cache
         .read_listed(
             url,
             id,
             "app",
-            Limits::default(),
+            limits,
             driftless::manifest::is_manifest_path,
         )
         .await
-        .unwrap();
-    (read, listed)
+        .unwrap()
 }
 
 fn cache() -> (tempfile::TempDir, GitCache) {
@@ -933,16 +943,7 @@ async fn a_read_of_many_files_on_every_core_gives_the_files_and_limits_of_one_wa
         ..Limits::default()
     };
     let full = cache.read(&url, &id, "app", limited).await.unwrap();
-    let walked = cache
-        .read_listed(
-            &url,
-            &id,
-            "app",
-            limited,
-            driftless::manifest::is_manifest_path,
-        )
-        .await
-        .unwrap();
+    let walked = list_within(&cache, &url, &id, limited).await;
     assert_eq!(shown(&full), shown(&walked));
     assert!(
         shown(&full).len() == 1
@@ -952,6 +953,31 @@ async fn a_read_of_many_files_on_every_core_gives_the_files_and_limits_of_one_wa
         shown(&full)
     );
     assert!(full.files.is_empty() && full.blob_ids.is_empty());
+
+    // A blob after that file gone from the objects (the repository on this machine is read in
+    // place): the walk stops before it, as a walk reading each file as met does; the part read
+    // beside the first (from `app/f150.yaml` on two cores) must not make it an error.
+    let blob = &read.blob_ids["app/f150.yaml"];
+    let loose = repo
+        .path()
+        .join(".git/objects")
+        .join(&blob[..2])
+        .join(&blob[2..]);
+    std::fs::remove_file(&loose).unwrap();
+    let limited = Limits {
+        max_bytes: first - 1,
+        ..Limits::default()
+    };
+    let full = cache.read(&url, &id, "app", limited).await.unwrap();
+    assert_eq!(
+        shown(&full),
+        shown(&list_within(&cache, &url, &id, limited).await)
+    );
+    assert!(
+        shown(&full).len() == 1 && shown(&full)[0].starts_with("app/f149.yaml"),
+        "{:?}",
+        shown(&full)
+    );
 }
 
 #[tokio::test]
@@ -1011,16 +1037,7 @@ async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_sa
         max_bytes: 2000,
         ..Limits::default()
     };
-    let too_large = cache
-        .read_listed(
-            &url,
-            &id,
-            "app",
-            limited,
-            driftless::manifest::is_manifest_path,
-        )
-        .await
-        .unwrap();
+    let too_large = list_within(&cache, &url, &id, limited).await;
     let full = cache.read(&url, &id, "app", limited).await.unwrap();
     assert_eq!(shown(&too_large), shown(&full));
     assert!(
