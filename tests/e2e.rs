@@ -756,6 +756,60 @@ fn store_commands_get_put_list_delete_with_their_exit_statuses() {
     assert!(env.get("configmap", "ok").is_none());
 }
 
+/// glibc's heaps of arenas other than the main one in the process `pid`: each reserved as one
+/// mapping aligned to and as large as `HEAP_MAX_SIZE` (64 MiB on 64-bit, glibc's `arena.c`),
+/// its used part readable and writable, the rest not (`---p`), split into two mappings.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_heaps(pid: u32) -> usize {
+    const HEAP: u64 = 64 << 20;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let spans: Vec<(u64, u64, bool)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let named = f.nth(3).is_some(); // offset, device, inode, then a path or nothing
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            (!named).then_some((a, b, perms.starts_with("rw")))
+        })
+        .collect();
+    spans
+        .iter()
+        .enumerate()
+        .filter(|(i, (a, b, rw))| {
+            *rw && a % HEAP == 0
+                && (*b == a + HEAP
+                    || spans
+                        .get(i + 1)
+                        .is_some_and(|(c, d, rw2)| c == b && !rw2 && *d == a + HEAP))
+        })
+        .count()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn an_agent_of_one_app_allocates_from_one_malloc_arena() {
+    let env = Env::new();
+    let count = |vars: &[(&str, &str)]| {
+        let agent = env.agent_with_env(vars);
+        env.wait("first sync", Duration::from_secs(30), || {
+            env.get("configmap", "a").is_some()
+        });
+        let heaps = malloc_heaps(agent.pid());
+        let (code, log) = agent.stop();
+        assert_eq!(code, Some(0), "{log}");
+        heaps
+    };
+    // The count sees the arenas a second thread makes when two are allowed...
+    assert!(count(&[("MALLOC_ARENA_MAX", "2")]) >= 1);
+    // ...and the agent of one app makes none: main sets the limit before any thread starts.
+    assert_eq!(count(&[]), 0);
+}
+
 #[test]
 fn json_logs_are_one_object_per_line() {
     let env = Env::new();

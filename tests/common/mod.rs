@@ -486,6 +486,11 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
     /// SIGTERM, then the exit status and the log.
     pub fn stop(self) -> (Option<i32>, String) {
         self.stop_with("-TERM")
