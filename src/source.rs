@@ -1379,8 +1379,8 @@ const BLOBS_PER_THREAD: usize = 64;
 /// there are cores (at least [`BLOBS_PER_THREAD`] each): the first on the calling thread
 /// through `repo`, each other on a thread of its own through its own handle on the cache (a
 /// git2 repository is not shared between threads). Each blob's inflating and hashing is the
-/// cost. Once `budget` bytes are read in all, the parts read no
-/// more: the blobs not read are `None`. The contents come back in the order of `blobs`.
+/// cost. Once `budget` bytes are read in all, the parts read no more: the blobs not read are
+/// `None`. The contents come back in the order of `blobs`.
 ///
 /// # Errors
 ///

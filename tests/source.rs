@@ -36,6 +36,22 @@ async fn list_within(
         .unwrap()
 }
 
+/// The findings of a read, as shown.
+fn shown(f: &driftless::source::Files) -> Vec<String> {
+    f.diagnostics.iter().map(|d| d.to_string()).collect()
+}
+
+/// Deletes the loose object `blob` (a hex id) of `repo`: the cache reads the repository on this
+/// machine in place, so the blob is then gone for it too.
+fn remove_loose(repo: &GitRepo, blob: &str) {
+    let loose = repo
+        .path()
+        .join(".git/objects")
+        .join(&blob[..2])
+        .join(&blob[2..]);
+    std::fs::remove_file(&loose).unwrap();
+}
+
 fn cache() -> (tempfile::TempDir, GitCache) {
     let dir = tempfile::tempdir().unwrap();
     let cache = GitCache::new(dir.path());
@@ -923,12 +939,6 @@ async fn a_read_of_many_files_on_every_core_gives_the_files_and_limits_of_one_wa
     assert_eq!(got, written);
     assert_eq!(read.blob_ids, listed.blob_ids);
     assert_eq!(read.content_id, listed.content_id);
-    let shown = |f: &driftless::source::Files| {
-        f.diagnostics
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
         shown(&read).len(),
         1,
@@ -957,13 +967,7 @@ async fn a_read_of_many_files_on_every_core_gives_the_files_and_limits_of_one_wa
     // A blob after that file gone from the objects (the repository on this machine is read in
     // place): the walk stops before it, as a walk reading each file as met does; the part read
     // beside the first (from `app/f150.yaml` on two cores) must not make it an error.
-    let blob = &read.blob_ids["app/f150.yaml"];
-    let loose = repo
-        .path()
-        .join(".git/objects")
-        .join(&blob[..2])
-        .join(&blob[2..]);
-    std::fs::remove_file(&loose).unwrap();
+    remove_loose(&repo, &read.blob_ids["app/f150.yaml"]);
     let limited = Limits {
         max_bytes: first - 1,
         ..Limits::default()
@@ -1007,12 +1011,6 @@ async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_sa
     assert_eq!(paths(&listed), paths(&read));
     assert_eq!(listed.blob_ids, read.blob_ids);
     assert_eq!(listed.content_id, read.content_id);
-    let shown = |f: &driftless::source::Files| {
-        f.diagnostics
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(shown(&listed), shown(&read));
     assert_eq!(shown(&listed).len(), 1, "the dangling link");
     assert!(listed.files.iter().all(|(_, b)| b.is_empty()));
@@ -1051,13 +1049,7 @@ async fn a_listed_read_reads_only_the_contents_asked_for_and_counts_sizes_the_sa
 
     // A blob gone by the time it is read (the repository on this machine is read in place)
     // is an error naming the file, not an empty file.
-    let blob = &listed.blob_ids["app/a.yaml"];
-    let loose = repo
-        .path()
-        .join(".git/objects")
-        .join(&blob[..2])
-        .join(&blob[2..]);
-    std::fs::remove_file(&loose).unwrap();
+    remove_loose(&repo, &listed.blob_ids["app/a.yaml"]);
     let err = cache
         .read_contents(&url, listed, ["app/a.yaml".to_string()].into())
         .await
