@@ -401,6 +401,30 @@ impl App {
         self.backoff.failing()
     }
 
+    /// Ends a one-shot command's use of this app, before the process exits: the handles that
+    /// must be closed (the store's connection, whose last close removes SQLite's log; the
+    /// status writer) are dropped as usual, while the objects it holds (the desired set, the
+    /// inventory, the resources' status: tens of MB at 10,000 objects) are left to the exit,
+    /// which returns the memory at once: freeing them one by one took 40 ms of CPU beside the
+    /// store's last checkpoint (issue 18). Not for an app the process goes on without.
+    pub fn leave_to_exit(mut self) {
+        let objects = (
+            self.in_force.take(),
+            std::mem::take(&mut self.owned),
+            self.owned_from.take(),
+            self.inventory.take(),
+            std::mem::take(&mut self.resources),
+            std::mem::take(&mut self.status.resources),
+            self.written.take(),
+            self.snapshot.take(),
+            self.verified.take(),
+            self.digest.take(),
+            std::mem::take(&mut self.self_writes),
+            std::mem::take(&mut self.render),
+        );
+        std::mem::forget(objects);
+    }
+
     /// The status as last computed.
     pub fn status(&self) -> &AppStatus {
         &self.status
