@@ -15,6 +15,7 @@
 pub mod cached;
 mod checkpoint;
 mod config;
+mod gzip;
 pub use config::{EtcdConfig, EtcdTlsConfig, KubernetesConfig, SqliteConfig, StoreConfig};
 
 #[cfg(feature = "etcd")]
@@ -1000,7 +1001,6 @@ impl From<Object> for Stored {
 /// What [`stamp_record`] needs of an old record, from its stored text: its
 /// `metadata.creationTimestamp` and `metadata.generation` (the rest is skipped, not built);
 /// `None` when the text is not a JSON object.
-#[cfg(feature = "etcd")]
 pub(crate) fn record_meta_of(text: &str) -> Option<(Option<String>, Option<u64>)> {
     #[derive(serde::Deserialize)]
     struct Head {

@@ -25,8 +25,6 @@
 //! ([`Error::Corrupt`]), never a shorter one, and an inventory that cannot be read never leads
 //! to a prune (the sync's rule).
 
-use std::io::{Read as _, Write as _};
-
 use base64::Engine as _;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -101,10 +99,8 @@ pub fn layout(json: String, inline_max: usize, piece_max: usize) -> Layout {
     if json.len() <= inline_max {
         return Layout::Inline(json);
     }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(json.as_bytes())
-        .expect("writing to memory cannot fail");
-    let gz = gz.finish().expect("writing to memory cannot fail");
+    // flate2's default level: the record must fit a ConfigMap, and is written once a pass.
+    let gz = crate::store::gzip::compress(json.as_bytes(), 6);
     if gz.len() <= piece_max {
         return Layout::Compressed(gz);
     }
@@ -158,17 +154,7 @@ pub fn join(
 
 /// The JSON a gzip holds, at most [`MAX_RECORD_BYTES`]. Pure.
 fn gunzip(gz: &[u8]) -> std::result::Result<String, String> {
-    let mut text = String::new();
-    let read = flate2::read::GzDecoder::new(gz)
-        .take(MAX_RECORD_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("the gzip does not expand to UTF-8 text: {e}"))?;
-    if read as u64 > MAX_RECORD_BYTES {
-        return Err(format!(
-            "the record expands beyond {MAX_RECORD_BYTES} bytes"
-        ));
-    }
-    Ok(text)
+    crate::store::gzip::expand(gz, MAX_RECORD_BYTES)
 }
 
 fn hex(bytes: &[u8]) -> String {
