@@ -26,7 +26,10 @@
 mod config;
 mod verified;
 pub use config::{RetryConfig, SyncConfig, TargetConfig};
-pub use verified::{Persisted, VERIFIED_KIND, desired_digest, desired_digest_here};
+pub use verified::{
+    EntriesAhead, Persisted, VERIFIED_KIND, desired_digest, desired_digest_ahead,
+    desired_digest_here,
+};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -129,6 +132,17 @@ impl Inventory {
     ///
     /// [`Error::Inventory`] when serializing fails (maps of JSON values do not).
     pub fn to_record_text(&self) -> Result<RecordText> {
+        self.to_record_text_with(None)
+    }
+
+    /// [`Self::to_record_text`] with the entries' text made already (`entries`: each entry's
+    /// compact JSON in key order, joined by commas, as [`EntriesAhead`] holds it), written as
+    /// it is; `None` makes it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::to_record_text`].
+    pub fn to_record_text_with(&self, entries: Option<&[u8]>) -> Result<RecordText> {
         #[derive(serde::Serialize)]
         struct Head<'a> {
             revision: Option<&'a str>,
@@ -150,7 +164,10 @@ impl Inventory {
             serde_json::to_writer(&mut *out, &head)?;
             out.pop(); // the head's closing brace: the spec goes on
             out.extend_from_slice(b",\"entries\":[");
-            write_entries(&self.entries, out)?;
+            match entries {
+                Some(text) => out.extend_from_slice(text),
+                None => write_entries(&self.entries, out)?,
+            }
             out.push(b']');
             if let Some(retained) = &retained {
                 out.extend_from_slice(b",\"retained\":");
@@ -446,6 +463,14 @@ fn write_entries(
     failed.map_or(Ok(()), Err)
 }
 
+/// True when `a` and `b` hold the same keys with the same objects (shared: [`Object::same`]).
+fn same_objects(a: &BTreeMap<ObjectKey, Object>, b: &BTreeMap<ObjectKey, Object>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, oa), (kb, ob))| ka == kb && oa.same(ob))
+}
+
 /// Kind of the ownership index record (one record, named [`OWNERSHIP_NAME`]).
 pub const OWNERSHIP_KIND: &str = "Ownership";
 /// Name of the ownership index record.
@@ -673,6 +698,10 @@ pub struct Request<'a> {
     /// of it): those objects whose resourceVersion has not moved are neither read nor planned.
     /// `None` plans every object in scope.
     pub verified: Option<&'a Verified>,
+    /// The desired set's objects as JSON, made ahead by the thread of its digest
+    /// ([`EntriesAhead`]; it must be `desired`'s): taken by a full sync whose new inventory
+    /// entries are exactly `desired`'s objects, and written as they are. `None` makes them.
+    pub entries_ahead: Option<&'a EntriesAhead>,
 }
 
 /// What a sync did.
@@ -1223,8 +1252,13 @@ async fn attempt_sync(
         next
     });
     if let Some(next) = &next {
+        // The entries' text made ahead, when they are exactly the desired set's objects.
+        let ahead = req
+            .entries_ahead
+            .and_then(EntriesAhead::take)
+            .filter(|_| next.retained.is_empty() && same_objects(&next.entries, req.desired));
         writes.push(Write::PutRecord {
-            record: next.to_record_text()?,
+            record: next.to_record_text_with(ahead.as_deref())?,
             precondition: match inventory.resource_version {
                 Some(rv) => Precondition::ResourceVersion(rv),
                 None => Precondition::Absent,
@@ -1689,6 +1723,7 @@ mod tests {
             inventory: None,
             hold: None,
             verified: None,
+            entries_ahead: None,
         }
     }
 
@@ -2490,5 +2525,100 @@ mod tests {
                 .get("data"),
             Some(&json!({"v": "drift"}))
         );
+    }
+
+    /// The entries' text made ahead by the digest's thread: the digest is the one made without
+    /// it, and a full sync of exactly that set writes the text as it is (seen in the stored
+    /// record's raw text: a space the sync itself would not write) and takes it; the
+    /// inventory reads back as the one a sync without it writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_made_ahead_are_written_by_the_sync_of_exactly_that_set() {
+        let desired = set(&[cm("a", "1"), cm("b", "2"), cm("c", "3")]);
+        let rev = Revision("r1".into());
+        let ahead = EntriesAhead::default();
+        let digest = desired_digest_ahead(&desired, "settings", &ahead);
+        assert_eq!(digest, desired_digest_here(&desired, "settings"));
+        assert_eq!(digest, desired_digest(&desired, "settings"));
+        let made = ahead.take().unwrap();
+        let mut own = Vec::new();
+        write_entries(&desired, &mut own).unwrap();
+        assert_eq!(
+            String::from_utf8(made.clone()).unwrap(),
+            String::from_utf8(own).unwrap()
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let with =
+            store::sqlite::SqliteStore::open(&dir.path().join("a.db"), Default::default()).unwrap();
+        let without =
+            store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
+        // The same JSON with a space after its first colon: a text the sync did not make.
+        let spaced = String::from_utf8(made).unwrap().replacen("\":", "\": ", 1);
+        ahead.put(spaced.into_bytes());
+        sync(
+            &with,
+            &Request {
+                entries_ahead: Some(&ahead),
+                ..req("app", &rev, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        assert!(ahead.take().is_none(), "the sync took the text");
+        sync(&without, &req("app", &rev, &desired)).await.unwrap();
+        let key = Inventory::record_key("app");
+        let (text, _) = with.get_json(&key).await.unwrap().unwrap();
+        assert!(
+            text.contains("\"entries\":[{\"apiVersion\": \"v1\""),
+            "{text}"
+        );
+        let (a, b) = (
+            Inventory::load(&with, "app").await.unwrap(),
+            Inventory::load(&without, "app").await.unwrap(),
+        );
+        assert_eq!(
+            (a.entries, a.revision, a.retained),
+            (b.entries, b.revision, b.retained)
+        );
+    }
+
+    /// A sync whose new entries are not exactly the desired set (an object retained, not
+    /// pruned; a scoped sync) leaves the text made ahead alone and writes its own: the retained
+    /// entry stays in the inventory.
+    #[tokio::test]
+    async fn entries_made_ahead_are_not_written_for_another_set() {
+        let store = MemoryStore::new();
+        let keep = PlanOptions {
+            prune: false,
+            ..PlanOptions::default()
+        };
+        let (r1, r2) = (Revision("r1".into()), Revision("r2".into()));
+        sync(
+            &store,
+            &Request {
+                options: keep,
+                ..req("app", &r1, &set(&[cm("a", "1"), cm("gone", "1")]))
+            },
+        )
+        .await
+        .unwrap();
+        let desired = set(&[cm("a", "2")]);
+        let ahead = EntriesAhead::default();
+        desired_digest_ahead(&desired, "settings", &ahead);
+        sync(
+            &store,
+            &Request {
+                options: keep,
+                entries_ahead: Some(&ahead),
+                ..req("app", &r2, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        let inv = Inventory::load(&store, "app").await.unwrap();
+        let names: Vec<&str> = inv.entries.keys().map(ObjectKey::name).collect();
+        assert_eq!(names, ["a", "gone"]);
+        assert_eq!(inv.retained.len(), 1);
+        assert_eq!(inv.entries[&cm("a", "2").key()], cm("a", "2"));
     }
 }

@@ -183,6 +183,7 @@ pub(super) async fn diff_cmd(
         let outcome = crate::sync::sync(
             store.as_ref(),
             &crate::sync::Request {
+                entries_ahead: None,
                 app: &name,
                 revision: &fetched.revision,
                 source: "diff",

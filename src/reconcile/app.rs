@@ -145,6 +145,9 @@ pub struct App {
     /// [`sync::desired_digest`] of a desired set, by identity (computed once per set, on a
     /// thread of its own from the moment the set is read: [`App::start_digest`]).
     digest: Option<(Arc<BTreeMap<ObjectKey, Object>>, Digest)>,
+    /// The JSON of a new desired set's objects, made by its digest's thread for the sync that
+    /// applies it ([`sync::EntriesAhead`]); dropped after that sync.
+    entries_ahead: Option<(Arc<BTreeMap<ObjectKey, Object>>, sync::EntriesAhead)>,
     /// Counts changes of `verified`; `persisted_at` is the count the record was last written
     /// (or found current) at, so that a pass that changed nothing does not build it again.
     verified_changes: u64,
@@ -305,6 +308,7 @@ impl App {
             persisted_last: persisted.clone(),
             persisted,
             digest: None,
+            entries_ahead: None,
             verified_changes: 0,
             persisted_at: None,
             status_rv,
@@ -419,6 +423,7 @@ impl App {
             self.snapshot.take(),
             self.verified.take(),
             self.digest.take(),
+            self.entries_ahead.take(),
             std::mem::take(&mut self.self_writes),
             std::mem::take(&mut self.render),
         );
@@ -1183,7 +1188,10 @@ impl App {
             tracing::info!(revision = %revision.short(), objects = desired.len(), "New revision");
         }
         if !self.dry_run {
-            self.start_digest(&desired);
+            // A new revision that this pass applies: its inventory entries' text is made on
+            // the digest's thread too.
+            let ahead = !reread && self.may_apply();
+            self.start_digest(&desired, ahead);
         }
         self.in_force = Some(InForce {
             revision,
@@ -1298,10 +1306,16 @@ impl App {
                 .as_ref()
                 .filter(|(d, _)| !reverting && Arc::ptr_eq(d, &in_force.desired))
                 .map(|(_, v)| v),
+            entries_ahead: self
+                .entries_ahead
+                .as_ref()
+                .filter(|(d, _)| scope.is_none() && Arc::ptr_eq(d, &in_force.desired))
+                .map(|(_, t)| t),
         };
         // The periodic pass of a running agent over objects that have not moved since they
         // were last found as declared: nothing to read, plan or write.
         if let Ok(true) = sync::nothing_moved(self.store.as_ref(), &request).await {
+            self.entries_ahead = None;
             self.sync_error = None;
             report.summary.unchanged = in_force.desired.len();
             report.detect_only = dry_run && !self.dry_run;
@@ -1324,6 +1338,8 @@ impl App {
             };
             sync::sync(self.store.as_ref(), &request).await
         };
+        // Made for this sync only (taken by it, or of no use to a later one).
+        self.entries_ahead = None;
         let mut outcome = match outcome {
             Ok(o) => o,
             Err(sync::Error::Superseded { found, .. }) => {
@@ -1881,7 +1897,11 @@ impl App {
     /// it, and made while a core is idle (the store's commit keeps one busy) it costs the sync
     /// no time. A cold sync of 10,000 objects made it after its status, 12 to 15 ms on both
     /// cores.
-    fn start_digest(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>) {
+    ///
+    /// With `ahead`, the thread also leaves the objects' JSON for the sync that applies the
+    /// set ([`sync::EntriesAhead`]: the texts it hashes, kept).
+    fn start_digest(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>, ahead: bool) {
+        self.entries_ahead = None;
         if desired.len() < DIGEST_APART
             || self
                 .digest
@@ -1892,17 +1912,23 @@ impl App {
         }
         let settings = self.digest_settings();
         let set = desired.clone();
+        let text = ahead.then(sync::EntriesAhead::default);
+        let left = text.clone();
         let span = tracing::debug_span!("desired_digest", app = %self.name(), objects = set.len());
         let started = std::thread::Builder::new()
             .name("desired-digest".into())
             .spawn(move || {
                 let _span = span.entered();
                 crate::par::lowest_priority();
-                sync::desired_digest_here(&set, &settings)
+                match &left {
+                    Some(left) => sync::desired_digest_ahead(&set, &settings, left),
+                    None => sync::desired_digest_here(&set, &settings),
+                }
             });
         // A thread that cannot start: the digest is made when needed.
         if let Ok(handle) = started {
             self.digest = Some((desired.clone(), Digest::Making(handle)));
+            self.entries_ahead = text.map(|t| (desired.clone(), t));
         }
     }
 

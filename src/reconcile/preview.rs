@@ -379,6 +379,7 @@ impl Previews {
             let source = format!("preview of {} #{number}", self.name());
             let ignore = self.cfg.sync.ignore_rules();
             let request = sync::Request {
+                entries_ahead: None,
                 ignore: &ignore,
                 app: &inv_name,
                 revision: &revision,
@@ -564,6 +565,7 @@ impl Previews {
         let source = format!("preview #{number}");
         let ignore = self.cfg.sync.ignore_rules();
         let request = sync::Request {
+            entries_ahead: None,
             ignore: &ignore,
             app: self.name(),
             revision: &head.revision,
@@ -712,6 +714,7 @@ impl Previews {
         let source = format!("preview of {} #{number}", self.name());
         let ignore = self.cfg.sync.ignore_rules();
         let request = sync::Request {
+            entries_ahead: None,
             ignore: &ignore,
             app: &inv_name,
             revision,
