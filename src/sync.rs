@@ -1253,10 +1253,12 @@ async fn attempt_sync(
     });
     if let Some(next) = &next {
         // The entries' text made ahead, when they are exactly the desired set's objects.
-        let ahead = req
-            .entries_ahead
-            .and_then(EntriesAhead::take)
-            .filter(|_| next.retained.is_empty() && same_objects(&next.entries, req.desired));
+        let ahead = match req.entries_ahead {
+            Some(a) if next.retained.is_empty() && same_objects(&next.entries, req.desired) => {
+                a.take().await
+            }
+            _ => None,
+        };
         writes.push(Write::PutRecord {
             record: next.to_record_text_with(ahead.as_deref())?,
             precondition: match inventory.resource_version {
@@ -2539,7 +2541,7 @@ mod tests {
         let digest = desired_digest_ahead(&desired, "settings", &ahead);
         assert_eq!(digest, desired_digest_here(&desired, "settings"));
         assert_eq!(digest, desired_digest(&desired, "settings"));
-        let made = ahead.take().unwrap();
+        let made = ahead.take().await.unwrap();
         let mut own = Vec::new();
         write_entries(&desired, &mut own).unwrap();
         assert_eq!(
@@ -2554,6 +2556,7 @@ mod tests {
             store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
         // The same JSON with a space after its first colon: a text the sync did not make.
         let spaced = String::from_utf8(made).unwrap().replacen("\":", "\": ", 1);
+        let ahead = EntriesAhead::default();
         ahead.put(spaced.into_bytes());
         sync(
             &with,
@@ -2564,7 +2567,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(ahead.take().is_none(), "the sync took the text");
+        assert!(ahead.take().await.is_none(), "the sync took the text");
         sync(&without, &req("app", &rev, &desired)).await.unwrap();
         let key = Inventory::record_key("app");
         let (text, _) = with.get_json(&key).await.unwrap().unwrap();

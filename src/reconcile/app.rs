@@ -1899,7 +1899,8 @@ impl App {
     /// cores.
     ///
     /// With `ahead`, the thread also leaves the objects' JSON for the sync that applies the
-    /// set ([`sync::EntriesAhead`]: the texts it hashes, kept).
+    /// set ([`sync::EntriesAhead`]: the texts it hashes, kept), and keeps its priority: that
+    /// sync waits for it.
     fn start_digest(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>, ahead: bool) {
         self.entries_ahead = None;
         if desired.len() < DIGEST_APART
@@ -1919,10 +1920,13 @@ impl App {
             .name("desired-digest".into())
             .spawn(move || {
                 let _span = span.entered();
-                crate::par::lowest_priority();
                 match &left {
+                    // Waited for by the sync: at the priority of the rest of it.
                     Some(left) => sync::desired_digest_ahead(&set, &settings, left),
-                    None => sync::desired_digest_here(&set, &settings),
+                    None => {
+                        crate::par::lowest_priority();
+                        sync::desired_digest_here(&set, &settings)
+                    }
                 }
             });
         // A thread that cannot start: the digest is made when needed.

@@ -193,47 +193,130 @@ pub fn desired_digest_here(desired: &BTreeMap<ObjectKey, Object>, settings: &str
 }
 
 /// The JSON of a desired set's objects, made ahead of a sync by the thread that makes the
-/// set's digest while a core is idle ([`desired_digest_ahead`]): a full sync whose inventory
-/// entries are exactly these objects writes it as it is ([`super::Request::entries_ahead`])
-/// instead of serializing them again, which took about 20 ms on both cores at 10,000 objects
-/// (3.2 MB) in a cold sync (issue 18). Empty until made, and taken once; a sync that finds it
-/// empty makes the text itself.
+/// set's digest from the moment the set is read ([`desired_digest_ahead`]), beside the plan
+/// (one core): a full sync whose inventory entries are exactly these objects waits for it and
+/// writes it as it is ([`super::Request::entries_ahead`]) instead of serializing them again,
+/// which took about 20 ms on both cores at 10,000 objects (3.2 MB) in a cold sync (issue 18).
+/// Taken once. Every clone is the same slot.
 #[derive(Clone, Debug, Default)]
-pub struct EntriesAhead(Arc<Mutex<Option<Vec<u8>>>>);
+pub struct EntriesAhead(Arc<AheadSlot>);
+
+#[derive(Debug, Default)]
+struct AheadSlot {
+    state: Mutex<Ahead>,
+    done: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+enum Ahead {
+    /// Being made.
+    #[default]
+    Making,
+    Made(Vec<u8>),
+    /// Taken, or given up (the thread ended without it).
+    Gone,
+}
 
 impl EntriesAhead {
-    /// The text, when made: the objects' compact JSON in key order, joined by commas. Leaves
-    /// it empty.
-    pub fn take(&self) -> Option<Vec<u8>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    /// The text, once made (waited for while it is being made): the objects' compact JSON in
+    /// key order, joined by commas. `None` when taken already or given up.
+    pub async fn take(&self) -> Option<Vec<u8>> {
+        loop {
+            // Registered before the look: a `put` between the two still wakes it.
+            let done = self.0.done.notified();
+            {
+                let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+                match std::mem::replace(&mut *state, Ahead::Gone) {
+                    Ahead::Made(json) => return Some(json),
+                    Ahead::Gone => return None,
+                    Ahead::Making => *state = Ahead::Making,
+                }
+            }
+            done.await;
+        }
     }
 
     /// Leaves `json` (what [`desired_digest_ahead`] makes) for the sync.
     pub(crate) fn put(&self, json: Vec<u8>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        self.end(Ahead::Made(json));
+    }
+
+    /// Says it will not be made: a waiting sync makes the text itself.
+    pub(crate) fn give_up(&self) {
+        self.end(Ahead::Gone);
+    }
+
+    fn end(&self, to: Ahead) {
+        {
+            let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*state, Ahead::Making) {
+                *state = to;
+            }
+        }
+        self.0.done.notify_waiters();
     }
 }
 
-/// [`desired_digest_here`] (the same digest), leaving the objects' JSON in `ahead` for the
-/// sync that applies the set ([`EntriesAhead`]): the texts the digest hashes, kept.
+/// Gives the text up when dropped before it was left (the thread that makes it panicked).
+struct GiveUpOnDrop<'a>(&'a EntriesAhead);
+
+impl Drop for GiveUpOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.give_up();
+    }
+}
+
+/// [`desired_digest`] (the same digest, made on all cores), leaving the objects' JSON in
+/// `ahead` for the sync that applies the set ([`EntriesAhead`]): the texts the digest hashes,
+/// kept.
 pub fn desired_digest_ahead(
     desired: &BTreeMap<ObjectKey, Object>,
     settings: &str,
     ahead: &EntriesAhead,
 ) -> String {
+    let _give_up = GiveUpOnDrop(ahead);
     let mut h = digest_head(settings);
-    let mut json = Vec::new();
-    for (i, o) in desired.values().enumerate() {
-        if i > 0 {
-            json.push(b',');
-        }
-        let start = json.len();
-        if o.write_json(&mut json).is_err() {
-            // A map of JSON values always serializes; were it not so, nothing is left ahead.
-            return desired_digest_here(desired, settings);
-        }
-        h.update(&json[start..]);
-        h.update([0]);
+    let mut json: Vec<u8> = Vec::new();
+    let mut failed = false;
+    // Made on all cores, a part at a time, each part's texts joined by commas with where each
+    // ends; hashed and joined in order here.
+    let objects: Vec<&Object> = desired.values().collect();
+    crate::par::map_batched(
+        "desired digest and entries",
+        &objects,
+        4096,
+        256,
+        |part| {
+            let mut text = Vec::new();
+            let mut ends = Vec::with_capacity(part.len());
+            for (i, o) in part.iter().enumerate() {
+                if i > 0 {
+                    text.push(b',');
+                }
+                o.write_json(&mut text).ok()?;
+                ends.push(text.len());
+            }
+            Some((text, ends))
+        },
+        |made| match made {
+            Some((text, ends)) if !failed => {
+                let mut start = 0;
+                for end in ends {
+                    h.update(&text[start..end]);
+                    h.update([0]);
+                    start = end + 1;
+                }
+                if !json.is_empty() {
+                    json.push(b',');
+                }
+                json.extend_from_slice(&text);
+            }
+            _ => failed = true,
+        },
+    );
+    if failed {
+        // A map of JSON values always serializes; were it not so, nothing is left ahead.
+        return desired_digest_here(desired, settings);
     }
     ahead.put(json);
     hex(h)
@@ -259,6 +342,32 @@ fn hex(h: Sha256) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sync that asks while the text is being made waits for it; one that asks after the
+    /// thread ended without it (a panic: the guard gives it up) gets none and makes its own;
+    /// it is taken once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_ahead_are_waited_for_while_made_and_given_up_with_their_thread() {
+        let ahead = EntriesAhead::default();
+        let left = ahead.clone();
+        let maker = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            left.put(b"{}".to_vec());
+        });
+        assert_eq!(ahead.take().await.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(ahead.take().await, None, "taken once");
+        maker.join().unwrap();
+
+        let ahead = EntriesAhead::default();
+        let left = ahead.clone();
+        let maker = std::thread::spawn(move || {
+            let _give_up = GiveUpOnDrop(&left);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            panic!("the thread that makes the text fails");
+        });
+        assert_eq!(ahead.take().await, None);
+        assert!(maker.join().is_err());
+    }
 
     fn set(n: usize) -> BTreeMap<ObjectKey, Object> {
         (0..n)
