@@ -2515,6 +2515,70 @@ mod tests {
         assert_eq!(set.objects.len(), 1);
     }
 
+    /// Duplicates across several files: the first declaration read is kept; each later one is
+    /// an error after its file's own diagnostics, in file and document order (not key order).
+    #[test]
+    fn duplicates_are_reported_in_file_and_document_order_and_the_first_is_kept() {
+        let cm = |name: &str, v: &str| {
+            format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{v: {v}}}\n"
+            )
+        };
+        let one = cm("z", "\"1\"") + &cm("a", "\"1\"");
+        let two = cm("bad", "1") + &cm("z", "\"2\"") + &cm("a", "\"2\"");
+        let three = cm("a", "\"3\"");
+        let set = parse_set(
+            [
+                ("1.yaml", one.as_bytes()),
+                ("2.yaml", two.as_bytes()),
+                ("3.yaml", three.as_bytes()),
+            ],
+            Vec::new(),
+            &Options::default(),
+        );
+        let seen: Vec<(&str, u64, bool)> = set
+            .diagnostics
+            .iter()
+            .map(|d| {
+                (
+                    d.path.as_str(),
+                    d.line,
+                    d.message.contains("declared twice"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("2.yaml", 5, false),
+                ("2.yaml", 7, true),
+                ("2.yaml", 12, true),
+                ("3.yaml", 2, true)
+            ],
+            "{:#?}",
+            set.diagnostics
+        );
+        assert!(
+            set.diagnostics[1]
+                .message
+                .starts_with("ConfigMap default/z")
+        );
+        assert!(
+            set.diagnostics[2].message.contains("at 1.yaml:7:1"),
+            "{}",
+            set.diagnostics[2].message
+        );
+        let data = |name: &str| {
+            set.objects[&ObjectKey::new("", "ConfigMap", "default", name)]
+                .object
+                .get("data")
+                .cloned()
+        };
+        assert_eq!(data("a"), Some(serde_json::json!({"v": "1"})));
+        assert_eq!(data("z"), Some(serde_json::json!({"v": "1"})));
+        assert_eq!(set.files, 3);
+    }
+
     #[test]
     fn namespaced_objects_get_the_default_namespace_and_cluster_scoped_do_not() {
         let src = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: y, namespace: other}\n";
