@@ -1412,6 +1412,25 @@ mod tests {
         }
     }
 
+    /// A store in a new file of a temporary folder (kept while the folder is).
+    fn fresh() -> (tempfile::TempDir, PathBuf, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&path, Options::default()).unwrap();
+        (dir, path, store)
+    }
+
+    /// Every record of the reserved group, listed.
+    async fn records(store: &SqliteStore) -> Listing {
+        store
+            .list(&Selector {
+                group: Some(crate::object::RESERVED_GROUP.into()),
+                ..Selector::default()
+            })
+            .await
+            .unwrap()
+    }
+
     /// How `key`'s body is stored: SQLite's `typeof` and its length in bytes.
     fn stored_as(path: &Path, key: &ObjectKey) -> (String, i64) {
         Connection::open(path)
@@ -1431,9 +1450,7 @@ mod tests {
     /// gzip.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn large_records_are_kept_as_their_gzip_and_read_back_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let store = SqliteStore::open(&path, Options::default()).unwrap();
+        let (_dir, path, store) = fresh();
         let large = ObjectKey::new(crate::object::RESERVED_GROUP, "Inventory", "", "large");
         let small = ObjectKey::new(crate::object::RESERVED_GROUP, "Inventory", "", "small");
         store
@@ -1467,13 +1484,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(many.objects[&large], got);
-        let listed = store
-            .list(&Selector {
-                group: Some(crate::object::RESERVED_GROUP.into()),
-                ..Selector::default()
-            })
-            .await
-            .unwrap();
+        let listed = records(&store).await;
         assert!(listed.unreadable.is_empty(), "{:?}", listed.unreadable);
         assert_eq!(listed.objects[&large], got);
         assert_eq!(listed.objects[&small], many.objects[&small]);
@@ -1509,9 +1520,7 @@ mod tests {
     /// and an unreadable record, named with why, in a listing: never an empty record.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_damaged_gzip_is_named_not_read_as_empty() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let store = SqliteStore::open(&path, Options::default()).unwrap();
+        let (_dir, path, store) = fresh();
         store
             .commit(vec![inventory("app", 2000, Precondition::Absent)])
             .await
@@ -1535,13 +1544,7 @@ mod tests {
             "{}",
             crate::store::error_chain(&err)
         );
-        let listed = store
-            .list(&Selector {
-                group: Some(crate::object::RESERVED_GROUP.into()),
-                ..Selector::default()
-            })
-            .await
-            .unwrap();
+        let listed = records(&store).await;
         assert!(listed.objects.is_empty());
         assert!(
             listed.unreadable[&key].contains("gzip"),
