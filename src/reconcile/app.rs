@@ -596,6 +596,9 @@ impl App {
         let started = std::time::Instant::now();
         let fetch = matches!(trigger, Trigger::Fetch | Trigger::Manual);
         let (result, report) = self.pass(trigger, started).await;
+        // The entries' text made ahead serves this pass's sync only: a pass that stopped before
+        // it (a set with errors, a held revision) does not keep it.
+        self.entries_ahead = None;
         if let Some(m) = &self.metrics {
             m.reconcile_duration(self.name(), started.elapsed().as_secs_f64());
             m.observe_status(&self.status);
