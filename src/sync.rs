@@ -215,45 +215,76 @@ impl Inventory {
     ///
     /// # Errors
     ///
-    /// [`Error::Inventory`] when an entry is not an object.
+    /// [`Error::Inventory`] when the record is not in the shape [`Self::to_record_text`]
+    /// writes: `spec` not a mapping, `spec.entries` missing or not a list, an entry that is
+    /// not an object, `spec.revision` or `spec.source` neither a string nor null,
+    /// `spec.retained` not a list of four strings each. A damaged record is never read as
+    /// an inventory with fewer entries (what it owns decides what a sync prunes). The
+    /// messages name fields and positions, never values (an entry may be a Secret).
     pub fn from_record(app: &str, obj: Object) -> Result<Self> {
+        let bad = |why: String| Error::Inventory {
+            app: app.to_string(),
+            source: why.into(),
+        };
         let resource_version = obj.resource_version();
         let mut map = Value::from(obj);
         let spec = map.get_mut("spec").map(Value::take).unwrap_or(Value::Null);
-        let revision = spec
-            .get("revision")
-            .and_then(Value::as_str)
-            .map(|s| Revision(s.to_string()));
-        let source = spec
-            .get("source")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let mut entries = BTreeMap::new();
-        let mut retained = BTreeSet::new();
-        if let Value::Object(mut spec) = spec {
-            if let Some(Value::Array(list)) = spec.remove("entries") {
-                for v in list {
-                    let o = Object::from_value(v).map_err(|e| Error::Inventory {
-                        app: app.to_string(),
-                        source: Box::new(e),
-                    })?;
-                    entries.insert(o.key(), o);
-                }
+        let Value::Object(mut spec) = spec else {
+            return Err(bad(format!(
+                "spec is {}, not a mapping",
+                crate::object::type_name(&spec)
+            )));
+        };
+        let text = |field: &str, v: Option<Value>| match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(bad(format!(
+                "spec.{field} is {}, not a string",
+                crate::object::type_name(&v)
+            ))),
+        };
+        let revision = text("revision", spec.remove("revision"))?.map(Revision);
+        let source = text("source", spec.remove("source"))?;
+        let list = match spec.remove("entries") {
+            Some(Value::Array(list)) => list,
+            Some(v) => {
+                return Err(bad(format!(
+                    "spec.entries is {}, not a list",
+                    crate::object::type_name(&v)
+                )));
             }
-            if let Some(Value::Array(list)) = spec.remove("retained") {
-                for v in list {
+            None => return Err(bad("spec.entries is missing".into())),
+        };
+        let mut entries = BTreeMap::new();
+        for v in list {
+            let o = Object::from_value(v).map_err(|e| Error::Inventory {
+                app: app.to_string(),
+                source: Box::new(e),
+            })?;
+            entries.insert(o.key(), o);
+        }
+        let mut retained = BTreeSet::new();
+        match spec.remove("retained") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(list)) => {
+                for (i, v) in list.iter().enumerate() {
                     let parts: Vec<&str> = v
                         .as_array()
                         .map(|a| a.iter().filter_map(Value::as_str).collect())
                         .unwrap_or_default();
                     let [group, kind, namespace, name] = parts[..] else {
-                        return Err(Error::Inventory {
-                            app: app.to_string(),
-                            source: format!("retained entry {v} is not four strings").into(),
-                        });
+                        return Err(bad(format!(
+                            "spec.retained[{i}] is not four strings (group, kind, namespace, name)"
+                        )));
                     };
                     retained.insert(ObjectKey::new(group, kind, namespace, name));
                 }
+            }
+            Some(v) => {
+                return Err(bad(format!(
+                    "spec.retained is {}, not a list",
+                    crate::object::type_name(&v)
+                )));
             }
         }
         Ok(Self {
@@ -325,7 +356,8 @@ impl Inventory {
             revision: Option<String>,
             #[serde(default)]
             source: Option<String>,
-            #[serde(borrow, default)]
+            // Required: a record without it is not read as empty (`from_record` says why).
+            #[serde(borrow)]
             entries: Vec<&'a serde_json::value::RawValue>,
             #[serde(default)]
             retained: Vec<[String; 4]>,
@@ -549,13 +581,15 @@ impl Ownership {
             .and_then(|s| s.get("owners"))
             .and_then(Value::as_array)
             .ok_or_else(|| bad("the ownership index has no spec.owners list".into()))?;
-        for entry in list {
+        for (i, entry) in list.iter().enumerate() {
             let parts: Vec<&str> = entry
                 .as_array()
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             let [group, kind, namespace, name, app] = parts[..] else {
-                return Err(bad(format!("ownership entry {entry} is not five strings")));
+                return Err(bad(format!(
+                    "spec.owners[{i}] is not five strings (group, kind, namespace, name, app)"
+                )));
             };
             owners.insert(
                 ObjectKey::new(group, kind, namespace, name),
@@ -2623,5 +2657,84 @@ mod tests {
         assert_eq!(names, ["a", "gone"]);
         assert_eq!(inv.retained.len(), 1);
         assert_eq!(inv.entries[&cm("a", "2").key()], cm("a", "2"));
+    }
+
+    /// A stored inventory that is JSON but not in the shape the sync writes (its spec or
+    /// entries gone, a field of another type) is an error, never an inventory with fewer
+    /// entries: the sync that reads it fails and prunes nothing. Found by attacking the
+    /// SQLite store's records: a gzip of `{"spec": {}}` was read as owning nothing, and a
+    /// sync without two objects pruned neither and reported Synced.
+    #[tokio::test]
+    async fn an_inventory_not_in_its_shape_fails_the_sync_and_prunes_nothing() {
+        let store = MemoryStore::new();
+        let (r1, r2) = (Revision("r1".into()), Revision("r2".into()));
+        sync(
+            &store,
+            &req("app", &r1, &set(&[cm("a", "1"), cm("gone", "1")])),
+        )
+        .await
+        .unwrap();
+        for spec in [
+            json!({}),
+            json!({"revision": "r1", "entries": "a"}),
+            json!({"revision": 5, "entries": []}),
+            json!({"entries": [], "retained": {"a": 1}}),
+            json!([]),
+        ] {
+            store
+                .commit(vec![Write::Put {
+                    object: Object::reserved(INVENTORY_KIND, "app", {
+                        let mut m = Map::new();
+                        m.insert("spec".into(), spec.clone());
+                        m
+                    }),
+                    precondition: Precondition::Any,
+                }])
+                .await
+                .unwrap();
+            let err = Inventory::load(&store, "app").await.unwrap_err();
+            assert!(matches!(err, Error::Inventory { .. }), "{spec}: {err:?}");
+            let err = sync(&store, &req("app", &r2, &set(&[cm("a", "1")])))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::Inventory { .. }), "{spec}: {err:?}");
+            let live = store.get(&cm("gone", "1").key()).await.unwrap();
+            assert!(live.is_some(), "{spec}: nothing is pruned");
+        }
+    }
+
+    /// The errors of a damaged inventory or ownership index name the field and position,
+    /// never a value: an entry (here under `retained`) may be a Secret.
+    #[test]
+    fn errors_of_damaged_records_show_no_values() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "default"},
+            "stringData": {"password": "HUNTER2-SUPER-SECRET"}});
+        let record = |spec: Value| {
+            let mut m = Map::new();
+            m.insert("spec".into(), spec);
+            Object::reserved(INVENTORY_KIND, "app", m)
+        };
+        let err = Inventory::from_record(
+            "app",
+            record(json!({"entries": [], "retained": [secret.clone()]})),
+        )
+        .unwrap_err();
+        let shown = store::error_chain(&err);
+        assert!(
+            shown.contains("spec.retained[0] is not four strings"),
+            "{shown}"
+        );
+        assert!(!shown.contains("HUNTER2"), "{shown}");
+        let mut m = Map::new();
+        m.insert("spec".into(), json!({"owners": [secret]}));
+        let err = Ownership::from_record(&Object::reserved(OWNERSHIP_KIND, OWNERSHIP_NAME, m))
+            .unwrap_err();
+        let shown = store::error_chain(&err);
+        assert!(
+            shown.contains("spec.owners[0] is not five strings"),
+            "{shown}"
+        );
+        assert!(!shown.contains("HUNTER2"), "{shown}");
     }
 }
