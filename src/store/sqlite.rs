@@ -627,27 +627,23 @@ fn commit_writes(
         } else {
             (REPLACE_SQL, &mut replace_stmt)
         };
-        let inserted = if key.is_reserved() && body.len() >= COMPRESS_FROM {
-            let gz = super::gzip::compress(body.as_bytes(), GZIP_LEVEL);
-            drop(body);
-            stmt.execute(params![
-                key.group(),
-                key.kind(),
-                key.namespace(),
-                key.name(),
-                revision as i64,
-                gz
-            ])
-        } else if body.len() >= BIND_IN_PLACE {
+        let compress = key.is_reserved() && body.len() >= COMPRESS_FROM;
+        let inserted = if !compress && body.len() >= BIND_IN_PLACE {
             insert_in_place(tx, insert, &key, revision as i64, &body)
         } else {
+            // The text, or a large record's gzip in its place.
+            let stored = if compress {
+                rusqlite::types::Value::Blob(super::gzip::compress(body.as_bytes(), GZIP_LEVEL))
+            } else {
+                rusqlite::types::Value::Text(body)
+            };
             stmt.execute(params![
                 key.group(),
                 key.kind(),
                 key.namespace(),
                 key.name(),
                 revision as i64,
-                body
+                stored
             ])
         };
         if let Err(e) = inserted {

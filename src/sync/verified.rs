@@ -157,25 +157,7 @@ impl Persisted {
 /// Equal digests mean the same declarations byte for byte. The texts are made on all cores
 /// ([`crate::par::map_batched`]); the digest is the same as made one by one.
 pub fn desired_digest(desired: &BTreeMap<ObjectKey, Object>, settings: &str) -> String {
-    let mut h = digest_head(settings);
-    // The texts are made on all cores, a batch at a time (bounded memory), and hashed in order.
-    let objects: Vec<&Object> = desired.values().collect();
-    crate::par::map_batched(
-        "desired digest",
-        &objects,
-        4096,
-        256,
-        |part| {
-            let mut text = String::new();
-            for o in part {
-                text.push_str(&o.to_json());
-                text.push('\0');
-            }
-            text
-        },
-        |text| h.update(text.as_bytes()),
-    );
-    hex(h)
+    digest_on_all_cores(desired, settings, None)
 }
 
 /// [`desired_digest`] made on this thread alone (for a thread that works beside others, at a
@@ -275,14 +257,23 @@ pub fn desired_digest_ahead(
     ahead: &EntriesAhead,
 ) -> String {
     let _give_up = GiveUpOnDrop(ahead);
+    digest_on_all_cores(desired, settings, Some(ahead))
+}
+
+/// [`desired_digest`], made on all cores a batch at a time (bounded memory) and hashed in
+/// order: each part's texts joined by commas with where each ends, each text hashed with a
+/// NUL after it. With `keep`, the texts joined by commas are left there for the sync.
+fn digest_on_all_cores(
+    desired: &BTreeMap<ObjectKey, Object>,
+    settings: &str,
+    keep: Option<&EntriesAhead>,
+) -> String {
     let mut h = digest_head(settings);
     let mut json: Vec<u8> = Vec::new();
     let mut failed = false;
-    // Made on all cores, a part at a time, each part's texts joined by commas with where each
-    // ends; hashed and joined in order here.
     let objects: Vec<&Object> = desired.values().collect();
     crate::par::map_batched(
-        "desired digest and entries",
+        "desired digest",
         &objects,
         4096,
         256,
@@ -306,10 +297,12 @@ pub fn desired_digest_ahead(
                     h.update([0]);
                     start = end + 1;
                 }
-                if !json.is_empty() {
-                    json.push(b',');
+                if keep.is_some() {
+                    if !json.is_empty() {
+                        json.push(b',');
+                    }
+                    json.extend_from_slice(&text);
                 }
-                json.extend_from_slice(&text);
             }
             _ => failed = true,
         },
@@ -318,7 +311,9 @@ pub fn desired_digest_ahead(
         // A map of JSON values always serializes; were it not so, nothing is left ahead.
         return desired_digest_here(desired, settings);
     }
-    ahead.put(json);
+    if let Some(keep) = keep {
+        keep.put(json);
+    }
     hex(h)
 }
 
