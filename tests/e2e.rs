@@ -92,6 +92,12 @@ fn every_object_of_a_large_app_gets_its_own_status() {
     env.repo.commit("many");
     let out = env.run(&["sync"]);
     assert!(out.status.code().is_some(), "{}", stderr(&out));
+    // The one-shot sync left its objects to the exit but closed the store (looked at before
+    // any other command opens it): SQLite's log is copied back and gone.
+    assert!(
+        !env.dir.path().join("store.db-wal").exists(),
+        "the store was closed before the exit"
+    );
     let st = env.status();
     let resources = st["resources"].as_array().unwrap();
     assert_eq!(resources.len(), 702, "700 and the two first files");
@@ -124,6 +130,18 @@ fn every_object_of_a_large_app_gets_its_own_status() {
         352,
         "350 ConfigMaps and a, b"
     );
+    // The inventory (over 16 KiB) is kept as its gzip, and read whole by the next sync.
+    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
+    let stored: String = db
+        .query_row(
+            "SELECT typeof(body) FROM objects WHERE kind = 'Inventory'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, "blob");
+    let out = env.run(&["sync"]);
+    assert!(stdout(&out).contains("702 unchanged"), "{}", stdout(&out));
 }
 
 /// A command that writes much leaves SQLite's write-ahead log copied back into the store file
