@@ -1318,7 +1318,6 @@ impl App {
         // The periodic pass of a running agent over objects that have not moved since they
         // were last found as declared: nothing to read, plan or write.
         if let Ok(true) = sync::nothing_moved(self.store.as_ref(), &request).await {
-            self.entries_ahead = None;
             self.sync_error = None;
             report.summary.unchanged = in_force.desired.len();
             report.detect_only = dry_run && !self.dry_run;
