@@ -828,6 +828,76 @@ fn an_agent_of_one_app_allocates_from_one_malloc_arena() {
     assert_eq!(count(&[]), 0);
 }
 
+/// The environment `driftless sync` was last exec'd with (`/proc/PID/environ`), with `vars`
+/// added, read while it waits in its fetch (after any second start).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn environ_of_a_blocked_sync(env: &Env, vars: &[(&str, &str)]) -> Vec<String> {
+    // A Git server that takes the connection and never answers: the sync waits in its fetch.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/r.git", server.local_addr().unwrap());
+    let config = std::fs::read_to_string(env.config()).unwrap();
+    let local = config
+        .lines()
+        .find(|l| l.trim_start().starts_with("repo: "))
+        .unwrap();
+    std::fs::write(
+        env.config(),
+        config.replace(local, &format!("      repo: {url}")),
+    )
+    .unwrap();
+    let mut cmd = env.cmd();
+    cmd.arg("sync")
+        .env_remove("GLIBC_TUNABLES")
+        .envs(vars.iter().copied());
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (_conn, _) = server.accept().unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::write(env.config(), config).unwrap();
+    environ
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+/// `driftless sync` (as `diff` and `validate`) runs again at once with glibc's transparent huge
+/// pages asked for, where the kernel gives them only when asked, and leaves the user's own
+/// glibc tunables alone. The connection it holds open shows the second start has happened:
+/// the fetch comes after it.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_one_shot_sync_runs_with_huge_pages_unless_tunables_are_set() {
+    let env = Env::new();
+    let madvise = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[madvise]"));
+    let environ = environ_of_a_blocked_sync(&env, &[]);
+    let has = |e: &[String], v: &str| e.iter().any(|x| x == v);
+    assert_eq!(
+        has(&environ, "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"),
+        madvise,
+        "THP madvise-only: {madvise}; {environ:?}"
+    );
+    assert_eq!(has(&environ, "DRIFTLESS_MALLOC_HUGETLB=1"), madvise);
+    let environ = environ_of_a_blocked_sync(&env, &[("GLIBC_TUNABLES", "glibc.malloc.check=0")]);
+    assert!(
+        has(&environ, "GLIBC_TUNABLES=glibc.malloc.check=0"),
+        "{environ:?}"
+    );
+    assert!(
+        !environ
+            .iter()
+            .any(|v| v.starts_with("DRIFTLESS_MALLOC_HUGETLB"))
+    );
+    // The command itself is unchanged by its second start: it syncs and exits 0.
+    sync_ok(&env);
+    assert!(env.get("configmap", "a").is_some());
+}
+
 #[test]
 fn json_logs_are_one_object_per_line() {
     let env = Env::new();

@@ -292,7 +292,16 @@ pub enum StoreCommand {
 /// sync of 100,000 objects peaked at 610 MiB instead of 640 to 645, the running agent at
 /// 10,000 objects at 91 instead of 98 MiB (`--only drift`), a cold sync of 10,000 at 82 instead
 /// of 86 MiB.
-fn tune_malloc(arenas: i32) {
+///
+/// A command that runs once and exits (`one_shot`: every command but `run`) also grows and
+/// trims its heap in steps of [`ONE_SHOT_TOP_PAD`] (glibc's `M_TOP_PAD`, as `MALLOC_TOP_PAD_`
+/// sets it, left to win when set). glibc's default of 128 KiB grows a thread's arena one page
+/// at a time, an `mprotect` call each: a cold sync of 10,000 objects made 3,035 of them (and
+/// 334 `brk`), 40 with the pad, and took 13 ms less (paired median of 15 cold syncs, 21 ms less
+/// CPU); its peak rose from 78 to 81 MiB, that of 100,000 objects from 553 to 574 MiB (the pad
+/// is kept when the heap is trimmed). The agent keeps the default: it lives on, and gives
+/// back what a large pass freed.
+fn tune_malloc(arenas: i32, one_shot: bool) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallopt only sets a malloc tunable; called before any thread is started
@@ -307,6 +316,64 @@ fn tune_malloc(arenas: i32) {
                 libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
             }
         }
+        if one_shot && std::env::var_os("MALLOC_TOP_PAD_").is_none() {
+            unsafe {
+                libc::mallopt(libc::M_TOP_PAD, ONE_SHOT_TOP_PAD);
+            }
+        }
+    }
+}
+
+/// The variable that tells a process [`exec_with_huge_pages`] started that `GLIBC_TUNABLES` is
+/// its own.
+const HUGE_PAGES_MARK: &str = "DRIFTLESS_MALLOC_HUGETLB";
+
+/// Runs this command again in this process with glibc's malloc backing its heap with
+/// transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which glibc reads only at
+/// start-up: <https://www.gnu.org/software/libc/manual/html_node/Memory-Allocation-Tunables.html>),
+/// when the kernel gives them only where asked (`/sys/kernel/mm/transparent_hugepage/enabled`
+/// is `madvise`, the common default). A command that reads a whole desired set (`sync`,
+/// `diff`, `validate`) touches tens of megabytes of new heap, a page fault per 4 KiB page
+/// otherwise: a cold sync of 10,000 objects took about 20 ms less (paired median of 15 cold
+/// syncs, 300 to 270 ms of CPU), its peak rising from 82 to 87 MiB. The second start costs
+/// about 3 ms. Left alone: tunables the user set (any `GLIBC_TUNABLES`), the agent (a long
+/// life, where huge pages keep memory resident that it freed), and a failed `exec` (the
+/// command goes on as it is). The re-executed process removes the setting from its
+/// environment, so Git and the renderers it starts never see it.
+fn exec_with_huge_pages() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::os::unix::process::CommandExt;
+        if std::env::var_os(HUGE_PAGES_MARK).is_some() {
+            // SAFETY: no other thread runs yet (called first thing in `main`).
+            unsafe {
+                std::env::remove_var(HUGE_PAGES_MARK);
+                std::env::remove_var("GLIBC_TUNABLES");
+            }
+            return;
+        }
+        if std::env::var_os("GLIBC_TUNABLES").is_some() {
+            return;
+        }
+        let asked_only = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| s.contains("[madvise]"));
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        if !asked_only {
+            return;
+        }
+        let mut args = std::env::args_os();
+        let mut command = std::process::Command::new(exe);
+        if let Some(arg0) = args.next() {
+            command.arg0(arg0);
+        }
+        // Returns only when the exec failed.
+        let _ = command
+            .args(args)
+            .env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+            .env(HUGE_PAGES_MARK, "1")
+            .exec();
     }
 }
 
@@ -318,7 +385,16 @@ pub fn main() -> ExitCode {
     // allocator's arenas, which glibc fixes when a second thread first allocates.
     let agent_config =
         matches!(cli.command, Command::Run).then(|| load_config(cli.config.as_deref(), true));
-    tune_malloc(malloc_arenas(agent_config.as_ref()));
+    if matches!(
+        cli.command,
+        Command::Sync { .. } | Command::Diff { .. } | Command::Validate { .. }
+    ) {
+        exec_with_huge_pages();
+    }
+    tune_malloc(
+        malloc_arenas(agent_config.as_ref()),
+        !matches!(cli.command, Command::Run),
+    );
     // One TLS stack for HTTP clients: rustls with ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
     // SIGPIPE stays ignored (Rust's default): a peer that closes a socket must never kill the
@@ -361,6 +437,10 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// How far a one-shot command's heap grows at a time, and what it keeps when trimmed: 32 MiB
+/// (see [`tune_malloc`]).
+const ONE_SHOT_TOP_PAD: i32 = 32 << 20;
 
 /// Apps from which the agent keeps two malloc arenas rather than one (see [`tune_malloc`]).
 pub const ONE_ARENA_BELOW_APPS: usize = 100;
