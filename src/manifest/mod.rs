@@ -209,32 +209,49 @@ pub fn assemble(
         diagnostics: prior,
         ..DesiredSet::default()
     };
+    // Every object with its key, its place in reading order, and where in the diagnostics a
+    // second declaration's error goes (after its file's own); sorted by key (stably: the first
+    // declaration first), the map is then built in one pass rather than a search per object.
+    let mut all: Vec<(ObjectKey, Declared, usize, usize)> = Vec::new();
     for parsed in results {
         set.files += 1;
         set.skipped += parsed.skipped;
         set.diagnostics.extend(parsed.diagnostics);
+        let at = set.diagnostics.len();
+        all.reserve(parsed.objects.len());
         for mut declared in parsed.objects {
-            let obj = &mut declared.object;
-            default_namespace(obj, opts);
-            match set.objects.entry(obj.key()) {
-                std::collections::btree_map::Entry::Occupied(first) => {
-                    let (key, first) = (first.key(), first.get());
-                    set.diagnostics.push(Diagnostic::error(
-                        &declared.path,
-                        declared.line,
-                        declared.column,
-                        format!(
-                            "{key} is declared twice: here and at {}:{}:{}; keep one of them",
-                            first.path, first.line, first.column
-                        ),
-                    ));
-                }
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(declared);
-                }
-            }
+            default_namespace(&mut declared.object, opts);
+            all.push((declared.object.key(), declared, at, all.len()));
         }
     }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut twice: Vec<(usize, usize, Diagnostic)> = Vec::new();
+    let mut kept: Vec<(ObjectKey, Declared)> = Vec::with_capacity(all.len());
+    for (key, declared, at, seq) in all {
+        match kept.last() {
+            Some((k, first)) if *k == key => twice.push((
+                at,
+                seq,
+                Diagnostic::error(
+                    &declared.path,
+                    declared.line,
+                    declared.column,
+                    format!(
+                        "{key} is declared twice: here and at {}:{}:{}; keep one of them",
+                        first.path, first.line, first.column
+                    ),
+                ),
+            )),
+            _ => kept.push((key, declared)),
+        }
+    }
+    // Each error where reading order put it: after its file's diagnostics, in the order its
+    // objects were read (inserted last to first at each place).
+    twice.sort_by_key(|(at, seq, _)| std::cmp::Reverse((*at, *seq)));
+    for (at, _, d) in twice {
+        set.diagnostics.insert(at, d);
+    }
+    set.objects = kept.into_iter().collect();
     set
 }
 

@@ -1091,10 +1091,12 @@ impl App {
             .inventory
             .as_ref()
             .is_some_and(|i| !i.entries.is_empty());
+        // Each object's place, its path moved out (the set keeps only its objects from here).
+        let mut set = set;
         let positions: BTreeMap<ObjectKey, (String, u64, u64)> = set
             .objects
-            .iter()
-            .map(|(k, d)| (k.clone(), (d.path.clone(), d.line, d.column)))
+            .iter_mut()
+            .map(|(k, d)| (k.clone(), (std::mem::take(&mut d.path), d.line, d.column)))
             .collect();
         let desired = match revision::admit(
             set,
@@ -1517,13 +1519,16 @@ impl App {
         // An object with no status yet is Progressing when its kind's CRD declares a status
         // subresource: the CRDs not among the app's own are read from the store, only when
         // such an object is there to judge (a store without them leaves it Healthy).
+        // The key names the group and kind: only an object of a custom kind not known is
+        // looked up.
         let unjudged = outcome.plan.steps.iter().any(|step| {
-            outcome.live.get(&step.key).is_some_and(|o| {
-                let o = o.unstamped();
-                o.get("status").is_none()
-                    && health::is_custom_group(o.group())
-                    && !status_kinds.knows(o.group(), o.kind())
-            })
+            let key = &step.key;
+            health::is_custom_group(key.group())
+                && !status_kinds.knows(key.group(), key.kind())
+                && outcome
+                    .live
+                    .get(key)
+                    .is_some_and(|o| o.unstamped().get("status").is_none())
         });
         if unjudged {
             let selector = crate::store::Selector {
