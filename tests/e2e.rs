@@ -1374,9 +1374,10 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
         .map(|a| a["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["demo"]);
-    // `store list` lists the readable objects and names the bad one.
+    // `store list` lists the readable objects, names the bad one, and exits 1: the listing is
+    // incomplete.
     let out = env.run(&["store", "list"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stdout(&out).contains(" b "), "{}", stdout(&out));
     assert!(
         stderr(&out).contains("ConfigMap default/a: the stored record is unreadable"),
@@ -1391,6 +1392,7 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = env.run(&["store", "list"]);
     assert!(!stderr(&out).contains("unreadable"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // And the agent puts the object back as Git declares it.
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");

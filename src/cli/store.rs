@@ -352,12 +352,16 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                     eprintln!("{hint}");
                 }
             }
-            // Bad records are named, not allowed to hide the good ones.
+            // Bad records are named, not allowed to hide the good ones; the listing is then
+            // incomplete, and says so in its exit status (1), as `kubectl get` does when it
+            // could not show everything asked for.
+            let mut incomplete = false;
             for (key, why) in listing
                 .unreadable
                 .iter()
                 .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(k)))
             {
+                incomplete = true;
                 tracing::warn!(record = %key, error = %why, "Stored record unreadable");
                 eprintln!(
                     "warning: {}: the stored record is unreadable ({}); `driftless store delete` removes it",
@@ -398,7 +402,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                     print_table(&rows);
                 }
             }
-            Ok(0)
+            Ok(u8::from(incomplete))
         }
         StoreCommand::Get {
             kind,
