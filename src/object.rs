@@ -653,7 +653,7 @@ impl Object {
 
     /// A field at the top level (`spec`, `data`, `status`, ...).
     pub fn get(&self, field: &str) -> Option<&Value> {
-        self.map().get(field)
+        field_of(self.map(), field)
     }
 
     /// True for core `Secret` objects, whose `data` and `stringData` values are masked
