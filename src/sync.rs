@@ -137,12 +137,12 @@ impl Inventory {
 
     /// [`Self::to_record_text`] with the entries' text made already (`entries`: each entry's
     /// compact JSON in key order, joined by commas, as [`EntriesAhead`] holds it), written as
-    /// it is; `None` makes it.
+    /// it is: the record is made in that buffer ([`RecordText::around`]); `None` makes them.
     ///
     /// # Errors
     ///
     /// As [`Self::to_record_text`].
-    pub fn to_record_text_with(&self, entries: Option<&[u8]>) -> Result<RecordText> {
+    pub fn to_record_text_with(&self, entries: Option<Vec<u8>>) -> Result<RecordText> {
         #[derive(serde::Serialize)]
         struct Head<'a> {
             revision: Option<&'a str>,
@@ -160,14 +160,13 @@ impl Inventory {
         });
         // `{"revision":…,"source":…,"entries":[…],"retained":[…]}`, the entries made on all
         // cores ([`write_entries`]) between the parts serde writes.
-        RecordText::with_json(INVENTORY_KIND, &self.app, "spec", |out| {
+        let before = |out: &mut Vec<u8>| {
             serde_json::to_writer(&mut *out, &head)?;
             out.pop(); // the head's closing brace: the spec goes on
             out.extend_from_slice(b",\"entries\":[");
-            match entries {
-                Some(text) => out.extend_from_slice(text),
-                None => write_entries(&self.entries, out)?,
-            }
+            Ok(())
+        };
+        let after = |out: &mut Vec<u8>| {
             out.push(b']');
             if let Some(retained) = &retained {
                 out.extend_from_slice(b",\"retained\":");
@@ -175,7 +174,18 @@ impl Inventory {
             }
             out.push(b'}');
             Ok(())
-        })
+        };
+        match entries {
+            // Made ahead: the record is made around them, in their buffer.
+            Some(text) => {
+                RecordText::around(INVENTORY_KIND, &self.app, "spec", before, text, after)
+            }
+            None => RecordText::with_json(INVENTORY_KIND, &self.app, "spec", |out| {
+                before(out)?;
+                write_entries(&self.entries, out)?;
+                after(out)
+            }),
+        }
         .map_err(|e| Error::Inventory {
             app: self.app.clone(),
             source: Box::new(e),
@@ -1294,7 +1304,7 @@ async fn attempt_sync(
             _ => None,
         };
         writes.push(Write::PutRecord {
-            record: next.to_record_text_with(ahead.as_deref())?,
+            record: next.to_record_text_with(ahead)?,
             precondition: match inventory.resource_version {
                 Some(rv) => Precondition::ResourceVersion(rv),
                 None => Precondition::Absent,
@@ -1707,6 +1717,20 @@ mod tests {
                 };
                 let record = inv.to_record_text().unwrap();
                 assert_eq!(record.text(&record.head()), reference(&inv), "{n} entries");
+                // Made around the entries' text made ahead (in its buffer): the same record.
+                let mut ahead = Vec::new();
+                for (i, o) in inv.entries.values().enumerate() {
+                    if i > 0 {
+                        ahead.push(b',');
+                    }
+                    o.write_json(&mut ahead).unwrap();
+                }
+                let around = inv.to_record_text_with(Some(ahead)).unwrap();
+                assert_eq!(around.text(&around.head()), reference(&inv), "{n} entries");
+                assert_eq!(
+                    around.into_text(&record.head()),
+                    record.clone().into_text(&record.head())
+                );
                 let back = Inventory::from_record("app", record.to_object().unwrap()).unwrap();
                 assert_eq!(back.entries, inv.entries, "{n} entries");
                 assert_eq!(back.retained, inv.retained);

@@ -262,6 +262,17 @@ pub struct RecordText {
     members: Arc<String>,
 }
 
+/// Refuses a record's own field that its head holds (`apiVersion`, `kind`, `metadata`): a
+/// second one in the text would override the store's.
+fn own_field(field: &str) -> std::result::Result<(), serde_json::Error> {
+    if matches!(field, "apiVersion" | "kind" | "metadata") {
+        return Err(<serde_json::Error as serde::ser::Error>::custom(format!(
+            "a record's own field cannot be `{field}`: the store's head holds it"
+        )));
+    }
+    Ok(())
+}
+
 /// Bytes a record's buffer keeps spare for the head moved in front of its own fields
 /// ([`RecordText::into_text`]): a stamped head (name, resourceVersion, generation,
 /// creationTimestamp) is about 150.
@@ -298,11 +309,7 @@ impl RecordText {
         field: &str,
         write: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
     ) -> std::result::Result<Self, serde_json::Error> {
-        if matches!(field, "apiVersion" | "kind" | "metadata") {
-            return Err(<serde_json::Error as serde::ser::Error>::custom(format!(
-                "a record's own field cannot be `{field}`: the store's head holds it"
-            )));
-        }
+        own_field(field)?;
         // One buffer for the members, with spare capacity for the head a store puts in front
         // of them ([`Self::into_text`]): a record is tens of megabytes at 100,000 objects, and
         // each copy of it counts in the peak.
@@ -310,6 +317,43 @@ impl RecordText {
         serde_json::to_writer(&mut members, field)?;
         members.push(b':');
         write(&mut members)?;
+        let mut members =
+            String::from_utf8(members).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+        members.reserve(HEAD_ROOM);
+        Ok(RecordText {
+            kind: kind.into(),
+            name: name.into(),
+            members: Arc::new(members),
+        })
+    }
+
+    /// [`Self::with_json`] around a JSON text made already and given whole (`body`: an
+    /// inventory's entries, made on all cores): `before` appends what comes ahead of it after
+    /// `"field":`, `after` what follows it. The record's fields are made in `body`'s own buffer,
+    /// moved along to make room in front, rather than copied into a new one: a new buffer of
+    /// the record's size (megabytes at 10,000 objects) was that much fresh memory to fault in
+    /// and fill.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::with_json`].
+    pub fn around(
+        kind: &str,
+        name: &str,
+        field: &str,
+        before: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
+        body: Vec<u8>,
+        after: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
+    ) -> std::result::Result<Self, serde_json::Error> {
+        own_field(field)?;
+        let mut front = Vec::with_capacity(256);
+        serde_json::to_writer(&mut front, field)?;
+        front.push(b':');
+        before(&mut front)?;
+        let mut members = body;
+        members.reserve(front.len() + HEAD_ROOM + 64);
+        members.splice(0..0, front);
+        after(&mut members)?;
         let mut members =
             String::from_utf8(members).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         members.reserve(HEAD_ROOM);
