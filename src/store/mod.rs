@@ -317,14 +317,7 @@ impl RecordText {
         serde_json::to_writer(&mut members, field)?;
         members.push(b':');
         write(&mut members)?;
-        let mut members =
-            String::from_utf8(members).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
-        members.reserve(HEAD_ROOM);
-        Ok(RecordText {
-            kind: kind.into(),
-            name: name.into(),
-            members: Arc::new(members),
-        })
+        Self::made(kind, name, members)
     }
 
     /// [`Self::with_json`] around a JSON text made already and given whole (`body`: an
@@ -354,6 +347,16 @@ impl RecordText {
         members.reserve(front.len() + HEAD_ROOM + 64);
         members.splice(0..0, front);
         after(&mut members)?;
+        Self::made(kind, name, members)
+    }
+
+    /// The record of `kind`/`name` whose own fields are `members` (JSON object members,
+    /// checked to be UTF-8), with room kept for the head.
+    fn made(
+        kind: &str,
+        name: &str,
+        members: Vec<u8>,
+    ) -> std::result::Result<Self, serde_json::Error> {
         let mut members =
             String::from_utf8(members).map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         members.reserve(HEAD_ROOM);
