@@ -7,6 +7,7 @@
 //! [`set_condition`] moves `lastTransitionTime` only when the status changes, as
 //! `meta.SetStatusCondition` does.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -414,6 +415,18 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: ConditionType) -
 ///
 /// A store error.
 pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
+    Ok(read_all_naming_unreadable(store).await?.0)
+}
+
+/// [`read_all`], with the apps whose status record is there but cannot be read or does not
+/// parse: app name → why (the store's or the parser's message, which quotes no values).
+///
+/// # Errors
+///
+/// As [`read_all`].
+pub async fn read_all_naming_unreadable(
+    store: &dyn Store,
+) -> store::Result<(Vec<AppStatus>, BTreeMap<String, String>)> {
     let listing = store
         .list(&Selector {
             group: Some(RESERVED_GROUP.into()),
@@ -421,8 +434,10 @@ pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
             namespace: None,
         })
         .await?;
+    let mut unreadable = BTreeMap::new();
     for (key, why) in &listing.unreadable {
         tracing::warn!(record = %key, error = %why, "App status record unreadable; left out");
+        unreadable.insert(key.name().to_string(), why.clone());
     }
     let mut out = Vec::new();
     for (key, obj) in listing.objects {
@@ -430,11 +445,12 @@ pub async fn read_all(store: &dyn Store) -> store::Result<Vec<AppStatus>> {
             Ok(status) => out.push(status),
             Err(e) => {
                 tracing::warn!(record = %key, error = %e, "App status record does not parse; left out");
+                unreadable.insert(key.name().to_string(), e.to_string());
             }
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    Ok((out, unreadable))
 }
 
 /// Reads one app's status record.

@@ -1396,6 +1396,42 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
     // And the agent puts the object back as Git declares it.
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
+    // The app's own status record damaged: `status` says its state cannot be read, not that
+    // nothing has run the app.
+    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
+    db.execute(
+        "UPDATE objects SET body = '{not json' WHERE kind = 'AppStatus' AND name = 'demo'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    let out = env.run(&["status", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ready = v["apps"][0]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(v["apps"][0]["name"], "demo", "{v}");
+    assert_eq!(ready["reason"], "Unknown", "{v}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("status record cannot be read"),
+        "{v}"
+    );
+    // A sync refuses to run over it (exit 2), until the record is removed; then it writes it
+    // again.
+    assert_eq!(env.run(&["sync"]).status.code(), Some(2));
+    let out = env.run(&["store", "delete", "appstatus.driftless.io", "demo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.run(&["sync"]).status.code(), Some(0));
+    let out = env.run(&["status", "-o", "json"]);
+    assert!(!stdout(&out).contains("cannot be read"), "{}", stdout(&out));
 }
 
 #[test]

@@ -132,18 +132,33 @@ pub(super) async fn wait_cmd(
 
 pub(super) async fn status_cmd(cfg: Loaded, output: StatusFormat) -> anyhow::Result<u8> {
     let store = open_existing_store(&cfg).await?;
-    let mut apps = status::read_all(store.as_ref()).await?;
-    // A configured app with no status record yet (no agent or sync has run it) is listed too.
+    let (mut apps, unreadable) = status::read_all_naming_unreadable(store.as_ref()).await?;
+    // A configured app with no status record yet (no agent or sync has run it) is listed too;
+    // one whose record is there but cannot be read is said to be so (its state is unknown),
+    // not taken for an app nothing has run.
     for a in &cfg.config.apps {
-        if !apps.iter().any(|s| s.name == a.name.value) {
-            let mut s = status::AppStatus::new(&a.name.value);
+        let name = &a.name.value;
+        if !apps.iter().any(|s| s.name == *name) {
+            let mut s = status::AppStatus::new(name);
             let now = crate::store::now_rfc3339();
+            let (reason, message) = match unreadable.get(name) {
+                Some(why) => (
+                    Reason::Unknown,
+                    format!(
+                        "its stored status record cannot be read ({why}); `driftless store delete appstatus.driftless.io {name}` removes it, and the next sync writes it again"
+                    ),
+                ),
+                None => (
+                    Reason::NotSyncedYet,
+                    "no agent or sync has run this app yet".to_string(),
+                ),
+            };
             crate::status::set_condition(
                 &mut s.conditions,
                 ConditionType::Ready,
                 false,
-                Reason::NotSyncedYet,
-                "no agent or sync has run this app yet",
+                reason,
+                message,
                 &now,
             );
             apps.push(s);
