@@ -1345,24 +1345,27 @@ fn two_syncs_declaring_one_object_never_both_own_it() {
     }
 }
 
+/// Runs each SQL statement on the environment's SQLite store, behind driftless's back.
+fn damage_store(env: &Env, statements: &[&str]) {
+    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
+    for sql in statements {
+        db.execute(sql, []).unwrap();
+    }
+}
+
 #[test]
 fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
     let env = Env::new();
     assert_eq!(env.run(&["sync"]).status.code(), Some(0));
     // Damage the store behind driftless's back: one object's body is not JSON, and a second
     // app status record does not parse.
-    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
-    db.execute(
-        "UPDATE objects SET body = '{not json' WHERE kind = 'ConfigMap' AND name = 'a'",
-        [],
-    )
-    .unwrap();
-    db.execute(
-        "INSERT INTO objects (grp, kind, ns, name, rev, body) SELECT grp, kind, ns, 'ghost', rev, '{\"apiVersion\": \"driftless.io/v1\", \"kind\": \"AppStatus\", \"metadata\": {\"name\": \"ghost\"}, \"status\": 7}' FROM objects WHERE kind = 'AppStatus' AND name = 'demo'",
-        [],
-    )
-    .unwrap();
-    drop(db);
+    damage_store(
+        &env,
+        &[
+            "UPDATE objects SET body = '{not json' WHERE kind = 'ConfigMap' AND name = 'a'",
+            "INSERT INTO objects (grp, kind, ns, name, rev, body) SELECT grp, kind, ns, 'ghost', rev, '{\"apiVersion\": \"driftless.io/v1\", \"kind\": \"AppStatus\", \"metadata\": {\"name\": \"ghost\"}, \"status\": 7}' FROM objects WHERE kind = 'AppStatus' AND name = 'demo'",
+        ],
+    );
     // The status of the good app is still shown.
     let out = env.run(&["status", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -1398,13 +1401,10 @@ fn a_bad_stored_record_is_named_and_skipped_and_store_delete_removes_it() {
     assert_eq!(env.get("configmap", "a").unwrap()["data"]["k"], "1");
     // The app's own status record damaged: `status` says its state cannot be read, not that
     // nothing has run the app.
-    let db = rusqlite::Connection::open(env.dir.path().join("store.db")).unwrap();
-    db.execute(
-        "UPDATE objects SET body = '{not json' WHERE kind = 'AppStatus' AND name = 'demo'",
-        [],
-    )
-    .unwrap();
-    drop(db);
+    damage_store(
+        &env,
+        &["UPDATE objects SET body = '{not json' WHERE kind = 'AppStatus' AND name = 'demo'"],
+    );
     let out = env.run(&["status", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -297,9 +297,9 @@ pub enum StoreCommand {
 /// trims its heap in steps of [`ONE_SHOT_TOP_PAD`] (glibc's `M_TOP_PAD`, as `MALLOC_TOP_PAD_`
 /// sets it, left to win when set). glibc's default of 128 KiB grows a thread's arena one page
 /// at a time, an `mprotect` call each: a cold sync of 10,000 objects made 3,035 of them (and
-/// 334 `brk`), 40 with the pad, and took 13 ms less (paired median of 15 cold syncs, 21 ms less
-/// CPU); its peak rose from 78 to 81 MiB, that of 100,000 objects from 553 to 574 MiB (the pad
-/// is kept when the heap is trimmed). The agent keeps the default: it lives on, and gives
+/// 334 `brk`), 40 with the pad, and took 9.6 ms less (paired median of 15 cold syncs, 16.5 ms
+/// less CPU); its peak rose from 77 to 84 MiB, that of 100,000 objects from 553 to 572 MiB (the
+/// pad is kept when the heap is trimmed). The agent keeps the default: it lives on, and gives
 /// back what a large pass freed.
 fn tune_malloc(arenas: i32, one_shot: bool) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -334,9 +334,9 @@ const HUGE_PAGES_MARK: &str = "DRIFTLESS_MALLOC_HUGETLB";
 /// when the kernel gives them only where asked (`/sys/kernel/mm/transparent_hugepage/enabled`
 /// is `madvise`, the common default). A command that reads a whole desired set (`sync`,
 /// `diff`, `validate`) touches tens of megabytes of new heap, a page fault per 4 KiB page
-/// otherwise: a cold sync of 10,000 objects took about 20 ms less (paired median of 15 cold
-/// syncs, 300 to 270 ms of CPU), its peak rising from 82 to 87 MiB. The second start costs
-/// about 3 ms. Left alone: tunables the user set (any `GLIBC_TUNABLES`), the agent (a long
+/// otherwise: a cold sync of 10,000 objects took 15 ms less (paired median of 15 cold syncs,
+/// 23 ms less CPU), its peak rising from 84 to 91 MiB. The second start costs about 4 ms of
+/// CPU. Left alone: tunables the user set (any `GLIBC_TUNABLES`), the agent (a long
 /// life, where huge pages keep memory resident that it freed), and a failed `exec` (the
 /// command goes on as it is). The re-executed process removes the setting from its
 /// environment, so Git and the renderers it starts never see it.
@@ -357,12 +357,12 @@ fn exec_with_huge_pages() {
         }
         let asked_only = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .is_ok_and(|s| s.contains("[madvise]"));
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
         if !asked_only {
             return;
         }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
         let mut args = std::env::args_os();
         let mut command = std::process::Command::new(exe);
         if let Some(arg0) = args.next() {

@@ -1075,7 +1075,7 @@ impl App {
                 m.render(self.name(), run.renderer, run.rendered, run.ok, run.seconds);
             }
         }
-        let set = match rendered {
+        let mut set = match rendered {
             Ok(set) => set,
             Err(e) => {
                 let message = error_chain(&e);
@@ -1092,7 +1092,6 @@ impl App {
             .as_ref()
             .is_some_and(|i| !i.entries.is_empty());
         // Each object's place, its path moved out (the set keeps only its objects from here).
-        let mut set = set;
         let positions: BTreeMap<ObjectKey, (String, u64, u64)> = set
             .objects
             .iter_mut()
