@@ -324,59 +324,6 @@ fn tune_malloc(arenas: i32, one_shot: bool) {
     }
 }
 
-/// The variable that tells a process [`exec_with_huge_pages`] started that `GLIBC_TUNABLES` is
-/// its own.
-const HUGE_PAGES_MARK: &str = "DRIFTLESS_MALLOC_HUGETLB";
-
-/// Runs this command again in this process with glibc's malloc backing its heap with
-/// transparent huge pages (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which glibc reads only at
-/// start-up: <https://www.gnu.org/software/libc/manual/html_node/Memory-Allocation-Tunables.html>),
-/// when the kernel gives them only where asked (`/sys/kernel/mm/transparent_hugepage/enabled`
-/// is `madvise`, the common default). A command that reads a whole desired set (`sync`,
-/// `diff`, `validate`) touches tens of megabytes of new heap, a page fault per 4 KiB page
-/// otherwise: a cold sync of 10,000 objects took 15 ms less (paired median of 15 cold syncs,
-/// 23 ms less CPU), its peak rising from 84 to 91 MiB. The second start costs about 4 ms of
-/// CPU. Left alone: tunables the user set (any `GLIBC_TUNABLES`), the agent (a long
-/// life, where huge pages keep memory resident that it freed), and a failed `exec` (the
-/// command goes on as it is). The re-executed process removes the setting from its
-/// environment, so Git and the renderers it starts never see it.
-fn exec_with_huge_pages() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt;
-        if std::env::var_os(HUGE_PAGES_MARK).is_some() {
-            // SAFETY: no other thread runs yet (called first thing in `main`).
-            unsafe {
-                std::env::remove_var(HUGE_PAGES_MARK);
-                std::env::remove_var("GLIBC_TUNABLES");
-            }
-            return;
-        }
-        if std::env::var_os("GLIBC_TUNABLES").is_some() {
-            return;
-        }
-        let asked_only = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|s| s.contains("[madvise]"));
-        if !asked_only {
-            return;
-        }
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let mut args = std::env::args_os();
-        let mut command = std::process::Command::new(exe);
-        if let Some(arg0) = args.next() {
-            command.arg0(arg0);
-        }
-        // Returns only when the exec failed.
-        let _ = command
-            .args(args)
-            .env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
-            .env(HUGE_PAGES_MARK, "1")
-            .exec();
-    }
-}
-
 /// Parses the command line, runs the command and returns its exit status. Errors print their
 /// chain to standard error and exit 2.
 pub fn main() -> ExitCode {
@@ -385,12 +332,6 @@ pub fn main() -> ExitCode {
     // allocator's arenas, which glibc fixes when a second thread first allocates.
     let agent_config =
         matches!(cli.command, Command::Run).then(|| load_config(cli.config.as_deref(), true));
-    if matches!(
-        cli.command,
-        Command::Sync { .. } | Command::Diff { .. } | Command::Validate { .. }
-    ) {
-        exec_with_huge_pages();
-    }
     tune_malloc(
         malloc_arenas(agent_config.as_ref()),
         !matches!(cli.command, Command::Run),
