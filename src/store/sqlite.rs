@@ -3,8 +3,10 @@
 //! Tables: `objects` (one row per object: key, revision of its last write, JSON body; a
 //! record of [`COMPRESS_FROM`] bytes or more, such as an app's inventory, as the gzip of its
 //! JSON, a BLOB),
-//! `changes` (the change log: one row per change, keyed by revision and position in the
-//! transaction) and `meta` (the current revision and the compaction point). A transaction of
+//! `change_sets` (the change log: one row per transaction, keyed by its revision, holding the
+//! keys it changed in order, [`ChangeLog`]), `changes` (a view of it, one row per change, as
+//! an earlier version kept the log) and `meta` (the current revision and the compaction
+//! point). A transaction of
 //! the store is one SQLite `BEGIN IMMEDIATE` transaction, so a sync's writes land together and
 //! compare-and-swap holds across processes: `driftless store put` from another process is an
 //! ordinary writer. The change feed looks at `PRAGMA data_version` (a cheap counter that moves
@@ -96,18 +98,23 @@ fn backend(op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
 /// a seventh of a new process's no-op. SQLite advises against rows larger than a twentieth of a
 /// page there (<https://sqlite.org/withoutrowid.html#when_to_use_without_rowid>), and declared
 /// objects (a CRD: hundreds of KB) overflow too. Here the index holds only keys.
+///
+/// The change log is one row per transaction (`change_sets`: its revision, and the JSON array
+/// of the `[grp, kind, ns, name, deleted]` it changed, in order): a row per change was a
+/// second insert per object, 10 ms of a cold sync of 10,000 objects (issue 18). `changes` is a
+/// view of it with the columns of the table an earlier version kept: that version's watch
+/// reads it as before, and its writes fail loudly (SQLite refuses to modify a view) rather
+/// than go where no watch of this version looks.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS objects (
     grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
     rev INTEGER NOT NULL, body TEXT NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS objects_key ON objects (grp, kind, ns, name);
-CREATE TABLE IF NOT EXISTS changes (
-    rev INTEGER NOT NULL, seq INTEGER NOT NULL,
-    grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
-    deleted INTEGER NOT NULL,
-    PRIMARY KEY (rev, seq)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS change_sets (rev INTEGER PRIMARY KEY, keys TEXT NOT NULL);
+CREATE VIEW IF NOT EXISTS changes (rev, seq, grp, kind, ns, name, deleted) AS
+    SELECT s.rev, j.key, j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4
+    FROM change_sets AS s, json_each(s.keys) AS j;
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
 ";
 
@@ -143,14 +150,20 @@ fn without_rowid(conn: &Connection) -> rusqlite::Result<bool> {
 
 /// Makes the [`SCHEMA`]'s tables in one `IMMEDIATE` transaction (waiting for the write lock up
 /// to the busy timeout), looking again under the lock (another process may have done it): the
-/// missing ones created, and an earlier version's `objects` ([`without_rowid`]) moved into the
-/// current layout, rows and all (renamed aside, the new table made, the rows copied, the old
-/// one dropped); the change log and the revision are untouched.
+/// missing ones created, and an earlier version's parts moved into the current layout, rows
+/// and all (renamed aside, the new table made, the rows copied, the old one dropped):
+/// `objects` keyed `WITHOUT ROWID` ([`without_rowid`]), and a change log of one row per change
+/// ([`log_by_row`]), whose rows become one set per revision, in their order. The revision is
+/// untouched.
 fn prepare_schema(conn: &mut Connection) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let earlier = without_rowid(&tx)?;
+    let by_row = log_by_row(&tx)?;
     if earlier {
         tx.execute_batch("ALTER TABLE objects RENAME TO objects_without_rowid;")?;
+    }
+    if by_row {
+        tx.execute_batch("ALTER TABLE changes RENAME TO changes_by_row;")?;
     }
     tx.execute_batch(SCHEMA)?;
     if earlier {
@@ -158,6 +171,14 @@ fn prepare_schema(conn: &mut Connection) -> rusqlite::Result<()> {
             "INSERT INTO objects (grp, kind, ns, name, rev, body)
                  SELECT grp, kind, ns, name, rev, body FROM objects_without_rowid;
              DROP TABLE objects_without_rowid;",
+        )?;
+    }
+    if by_row {
+        tx.execute_batch(
+            "INSERT INTO change_sets (rev, keys)
+                 SELECT rev, json_group_array(json_array(grp, kind, ns, name, deleted) ORDER BY seq)
+                 FROM changes_by_row GROUP BY rev;
+             DROP TABLE changes_by_row;",
         )?;
     }
     tx.commit()
@@ -176,7 +197,7 @@ fn move_layout(conn: &mut Connection, opts: &Options) {
         tracing::warn!(error = %e, "Cannot set the store's busy timeout again");
     }
     match moved {
-        Ok(()) => tracing::info!("The store's objects table was moved into the current layout"),
+        Ok(()) => tracing::info!("The store was moved into the current layout"),
         Err(e) if is_busy(&e) => tracing::info!(
             "The store keeps its earlier layout for now: another process holds its write lock (moved at a later open)"
         ),
@@ -187,13 +208,56 @@ fn move_layout(conn: &mut Connection, opts: &Options) {
     }
 }
 
-/// How many of the [`SCHEMA`]'s tables and index the file has.
-fn schema_parts(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE (type = 'table' AND name IN ('objects', 'changes', 'meta')) OR (type = 'index' AND name = 'objects_key')",
-        [],
-        |r| r.get(0),
-    )
+/// What a store file holds of the [`SCHEMA`].
+#[derive(Debug, PartialEq)]
+enum Layout {
+    /// Every part, as [`SCHEMA`] makes it.
+    Current,
+    /// Every part, some as an earlier version made them (`objects` keyed `WITHOUT ROWID`
+    /// ([`without_rowid`]), the change log a table of one row per change): used as it is,
+    /// until moved.
+    Earlier,
+    /// A new file, or one missing a part.
+    Incomplete,
+}
+
+/// The file's [`Layout`], from `sqlite_master`.
+fn layout(conn: &Connection) -> rusqlite::Result<Layout> {
+    let mut stmt = conn.prepare(
+        "SELECT type, name, coalesce(sql, '') FROM sqlite_master WHERE name IN ('objects', 'objects_key', 'meta', 'changes', 'change_sets')",
+    )?;
+    let parts = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let has = |kind: &str, name: &str| parts.iter().any(|(t, n, _)| t == kind && n == name);
+    let objects_earlier = parts
+        .iter()
+        .any(|(t, n, sql)| t == "table" && n == "objects" && sql.contains("WITHOUT ROWID"));
+    let objects = has("table", "objects") && (objects_earlier || has("index", "objects_key"));
+    let log_earlier = has("table", "changes");
+    let log = log_earlier || (has("table", "change_sets") && has("view", "changes"));
+    Ok(if !(objects && log && has("table", "meta")) {
+        Layout::Incomplete
+    } else if objects_earlier || log_earlier {
+        Layout::Earlier
+    } else {
+        Layout::Current
+    })
+}
+
+/// True when the change log is an earlier version's table of one row per change (not yet
+/// moved by [`prepare_schema`]): the transaction writes its changes there.
+fn log_by_row(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'changes'",
+    )?
+    .query_row([], |r| r.get::<_, i64>(0).map(|n| n > 0))
 }
 
 /// Opens the file and creates the tables, retrying while another process holds the lock (two
@@ -203,13 +267,14 @@ fn open_and_prepare(path: &Path, opts: &Options) -> rusqlite::Result<Connection>
     let deadline = std::time::Instant::now() + opts.busy_timeout;
     loop {
         let attempt = connect(path, opts).and_then(|mut conn| {
-            match schema_parts(&conn)? {
-                4.. => {}
-                // Every table there, `objects` in the earlier layout: it works as it is (the
-                // same statements), so it is moved only when that can be done now.
-                3 if without_rowid(&conn)? => move_layout(&mut conn, opts),
-                // A new store (or one missing a table): made, waiting for the write lock.
-                _ => prepare_schema(&mut conn)?,
+            match layout(&conn)? {
+                Layout::Current => {}
+                // Every part there, some in an earlier layout: it works as it is (the same
+                // statements; the change log is written as it is kept), so it is moved only
+                // when that can be done now.
+                Layout::Earlier => move_layout(&mut conn, opts),
+                // A new store (or one missing a part): made, waiting for the write lock.
+                Layout::Incomplete => prepare_schema(&mut conn)?,
             }
             Ok(conn)
         });
@@ -548,7 +613,7 @@ fn commit_writes(
     // the SQL text twice per object.
     let mut create_stmt = tx.prepare_cached(CREATE_SQL).map_err(backend("commit"))?;
     let mut replace_stmt = tx.prepare_cached(REPLACE_SQL).map_err(backend("commit"))?;
-    let mut change_stmt = tx.prepare_cached(CHANGE_SQL).map_err(backend("commit"))?;
+    let mut log = ChangeLog::new(tx)?;
     for w in writes {
         let (key, create, new, body) = match w? {
             Prepared::Create {
@@ -579,7 +644,7 @@ fn commit_writes(
                             ])
                         })
                         .map_err(backend("commit"))?;
-                        record_change(&mut change_stmt, revision, seq, &key, true)?;
+                        log.record(revision, seq, &key, true)?;
                         seq += 1;
                         continue;
                     }
@@ -653,10 +718,11 @@ fn commit_writes(
             }
             return Err(backend("commit")(e));
         }
-        record_change(&mut change_stmt, revision, seq, &key, false)?;
+        log.record(revision, seq, &key, false)?;
         stored.push(new.with_key(key));
         seq += 1;
     }
+    log.finish(tx, revision)?;
     Ok((stored, seq, written))
 }
 
@@ -777,7 +843,12 @@ fn finish_commit(
     .map_err(backend("commit"))?;
     if revision.is_multiple_of(retain.clamp(1, 64)) && revision > retain {
         let floor = revision - retain;
-        tx.execute("DELETE FROM changes WHERE rev <= ?1", [floor as i64])
+        let log = if log_by_row(&tx).map_err(backend("compact"))? {
+            "DELETE FROM changes WHERE rev <= ?1"
+        } else {
+            "DELETE FROM change_sets WHERE rev <= ?1"
+        };
+        tx.execute(log, [floor as i64])
             .map_err(backend("compact"))?;
         tx.execute(
             "INSERT OR REPLACE INTO meta (k, v) VALUES ('compacted', ?1)",
@@ -794,11 +865,72 @@ const CREATE_SQL: &str =
     "INSERT INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 /// The insert of any other put: the row under the key replaced.
 const REPLACE_SQL: &str = "INSERT OR REPLACE INTO objects (grp, kind, ns, name, rev, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-/// A change log entry.
+/// A change log entry, in a store whose log is still kept a row per change ([`log_by_row`]).
 const CHANGE_SQL: &str = "INSERT INTO changes (rev, seq, grp, kind, ns, name, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
-/// Records a change of `key` at (`revision`, `seq`) in the change log, through [`CHANGE_SQL`]
-/// prepared.
+/// The change log of one transaction, written as the store keeps it: one set of every key the
+/// transaction changed, in order (`change_sets`, [`SCHEMA`]), or a row per change in a store
+/// still in an earlier version's layout (decided under the transaction's write lock, so a
+/// store moved meanwhile by another process is written as it is now).
+enum ChangeLog<'c> {
+    /// The set's JSON array so far: `[` and the entries, or empty while there is none.
+    Set(Vec<u8>),
+    /// [`CHANGE_SQL`], prepared.
+    ByRow(rusqlite::CachedStatement<'c>),
+}
+
+impl<'c> ChangeLog<'c> {
+    fn new(tx: &'c rusqlite::Transaction<'_>) -> Result<Self> {
+        Ok(if log_by_row(tx).map_err(backend("commit"))? {
+            ChangeLog::ByRow(tx.prepare_cached(CHANGE_SQL).map_err(backend("commit"))?)
+        } else {
+            ChangeLog::Set(Vec::new())
+        })
+    }
+
+    /// Records a change of `key` at (`revision`, `seq`): `seq` is its place in the set.
+    fn record(&mut self, revision: u64, seq: i64, key: &ObjectKey, deleted: bool) -> Result<()> {
+        let text = match self {
+            ChangeLog::ByRow(stmt) => return record_change(stmt, revision, seq, key, deleted),
+            ChangeLog::Set(text) => text,
+        };
+        text.push(if text.is_empty() { b'[' } else { b',' });
+        text.push(b'[');
+        for part in [key.group(), key.kind(), key.namespace(), key.name()] {
+            serde_json::to_writer(&mut *text, part).map_err(|e| Error::Backend {
+                op: "commit",
+                source: Box::new(e),
+            })?;
+            text.push(b',');
+        }
+        text.push(if deleted { b'1' } else { b'0' });
+        text.push(b']');
+        Ok(())
+    }
+
+    /// Writes the set at `revision` (nothing when the transaction changed nothing).
+    fn finish(self, tx: &rusqlite::Transaction<'_>, revision: u64) -> Result<()> {
+        let ChangeLog::Set(mut text) = self else {
+            return Ok(());
+        };
+        if text.is_empty() {
+            return Ok(());
+        }
+        text.push(b']');
+        // JSON of `String`s: UTF-8.
+        let text = String::from_utf8(text).map_err(|e| Error::Backend {
+            op: "commit",
+            source: Box::new(e),
+        })?;
+        tx.prepare_cached("INSERT INTO change_sets (rev, keys) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![revision as i64, text]))
+            .map_err(backend("commit"))?;
+        Ok(())
+    }
+}
+
+/// Records a change of `key` at (`revision`, `seq`) in a change log kept a row per change,
+/// through [`CHANGE_SQL`] prepared.
 fn record_change(
     stmt: &mut rusqlite::CachedStatement<'_>,
     revision: u64,
@@ -830,6 +962,80 @@ fn poll_changes(conn: &Connection, cursor: u64) -> Result<(Vec<WatchItem>, u64)>
         items.push(WatchItem::Relist { revision: current });
         return Ok((items, current));
     }
+    if log_by_row(&tx).map_err(backend("watch"))? {
+        read_rows(&tx, cursor, current, &mut items)?;
+    } else {
+        read_sets(&tx, cursor, current, &mut items)?;
+    }
+    if current > cursor {
+        items.push(WatchItem::Bookmark { revision: current });
+    }
+    cursor = cursor.max(current);
+    Ok((items, cursor))
+}
+
+/// The changes of the revisions after `cursor` up to `current` from a change log kept a set
+/// per revision ([`ChangeLog`]), in order.
+///
+/// # Errors
+///
+/// The backend's error; [`Error::Corrupt`] (naming the set's revision as a key of the reserved
+/// group's kind `ChangeSet`) when a set is not the JSON array the commit writes.
+fn read_sets(
+    tx: &rusqlite::Transaction<'_>,
+    cursor: u64,
+    current: u64,
+    items: &mut Vec<WatchItem>,
+) -> Result<()> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT rev, keys FROM change_sets WHERE rev > ?1 AND rev <= ?2 ORDER BY rev",
+        )
+        .map_err(backend("watch"))?;
+    let mut rows = stmt
+        .query(params![cursor as i64, current as i64])
+        .map_err(backend("watch"))?;
+    while let Some(row) = rows.next().map_err(backend("watch"))? {
+        let revision = row.get::<_, i64>(0).map_err(backend("watch"))? as u64;
+        let keys = row.get_ref(1).map_err(backend("watch"))?;
+        type Boxed = Box<dyn std::error::Error + Send + Sync>;
+        let set = keys
+            .as_str()
+            .map_err(Boxed::from)
+            .and_then(|t| {
+                serde_json::from_str::<Vec<(String, String, String, String, u8)>>(t)
+                    .map_err(Boxed::from)
+            })
+            .map_err(|source| Error::Corrupt {
+                key: ObjectKey::new(
+                    crate::object::RESERVED_GROUP,
+                    "ChangeSet",
+                    "",
+                    revision.to_string(),
+                ),
+                source,
+            })?;
+        items.extend(
+            set.into_iter()
+                .map(|(group, kind, namespace, name, deleted)| {
+                    WatchItem::Event(Event {
+                        revision,
+                        key: ObjectKey::new(group, kind, namespace, name),
+                        deleted: deleted != 0,
+                    })
+                }),
+        );
+    }
+    Ok(())
+}
+
+/// [`read_sets`] from a change log kept a row per change (an earlier version's layout).
+fn read_rows(
+    tx: &rusqlite::Transaction<'_>,
+    cursor: u64,
+    current: u64,
+    items: &mut Vec<WatchItem>,
+) -> Result<()> {
     let mut stmt = tx
         .prepare_cached(
             "SELECT rev, grp, kind, ns, name, deleted FROM changes WHERE rev > ?1 AND rev <= ?2 ORDER BY rev, seq",
@@ -852,11 +1058,7 @@ fn poll_changes(conn: &Connection, cursor: u64) -> Result<(Vec<WatchItem>, u64)>
     for row in rows {
         items.push(WatchItem::Event(row.map_err(backend("watch"))?));
     }
-    if current > cursor {
-        items.push(WatchItem::Bookmark { revision: current });
-    }
-    cursor = cursor.max(current);
-    Ok((items, cursor))
+    Ok(())
 }
 
 /// Wakes a watch when a file in the store's folder is written: an inotify descriptor (Linux)
@@ -1299,8 +1501,8 @@ mod tests {
         assert_eq!(listed.objects.len(), 3000);
     }
 
-    /// A store file in the earlier layout (`objects` keyed `WITHOUT ROWID`) holding one
-    /// ConfigMap at revision 7.
+    /// A store file in the earlier layout (`objects` keyed `WITHOUT ROWID`, the change log a
+    /// row per change) holding one ConfigMap at revision 7.
     fn old_layout_store(path: &Path) {
         let old = Connection::open(path).unwrap();
         old.execute_batch(
@@ -1319,6 +1521,29 @@ mod tests {
             .unwrap();
     }
 
+    /// The next item of a watch, waited for at most 10 s.
+    async fn next_item(w: &mut Watch) -> WatchItem {
+        tokio::time::timeout(Duration::from_secs(10), w.recv())
+            .await
+            .expect("an item within 10 s")
+            .expect("the watch is open")
+            .expect("no error")
+    }
+
+    /// The changes a watch from `from` gives up to its first bookmark: (revision, name,
+    /// deleted).
+    async fn changes_after(store: &SqliteStore, from: u64) -> Vec<(u64, String, bool)> {
+        let mut w = store.watch(from).await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            match next_item(&mut w).await {
+                WatchItem::Event(e) => seen.push((e.revision, e.key.name().to_string(), e.deleted)),
+                WatchItem::Bookmark { .. } => return seen,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     /// A store an earlier version made is moved into the current layout when opened, rows,
     /// revision and change log kept.
     #[tokio::test]
@@ -1326,6 +1551,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         old_layout_store(&path);
+        // A second change in the same revision: the set keeps their order.
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "INSERT INTO changes VALUES (7, 1, '', 'ConfigMap', 'default', 'gone', 1);
+                 INSERT INTO changes VALUES (6, 0, '', 'ConfigMap', 'default', 'older', 0);",
+            )
+            .unwrap();
         let store = SqliteStore::open(&path, Options::default()).unwrap();
         let key = ObjectKey::new("", "ConfigMap", "default", "c");
         let found = store.get(&key).await.unwrap().expect("the row was moved");
@@ -1340,7 +1573,34 @@ mod tests {
             )
             .unwrap();
         assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
-        assert_eq!(schema_parts(&raw).unwrap(), 4);
+        assert_eq!(layout(&raw).unwrap(), Layout::Current);
+        // The change log: one set per revision, the rows in their order, read by the watch.
+        let sets: Vec<(i64, String)> = raw
+            .prepare("SELECT rev, keys FROM change_sets ORDER BY rev")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            sets,
+            [
+                (6, r#"[["","ConfigMap","default","older",0]]"#.to_string()),
+                (
+                    7,
+                    r#"[["","ConfigMap","default","c",0],["","ConfigMap","default","gone",1]]"#
+                        .to_string()
+                )
+            ]
+        );
+        assert_eq!(
+            changes_after(&store, 5).await,
+            [
+                (6, "older".to_string(), false),
+                (7, "c".to_string(), false),
+                (7, "gone".to_string(), true)
+            ]
+        );
         // The key stays unique: a create of an existing key is refused as before.
         let again = store.commit(vec![config_map_named("c")]).await;
         assert!(matches!(again, Err(Error::Conflict { .. })), "{again:?}");
@@ -1373,10 +1633,108 @@ mod tests {
         assert_eq!(found.resource_version(), Some(7));
         assert!(without_rowid(&Connection::open(&path).unwrap()).unwrap());
         lock.rollback().unwrap();
+        // Written as it is kept: its change log a row per change, which its watch reads.
+        let committed = store.commit(vec![config_map_named("d")]).await.unwrap();
+        assert_eq!(committed.revision, 8);
+        assert!(log_by_row(&Connection::open(&path).unwrap()).unwrap());
+        assert_eq!(
+            changes_after(&store, 6).await,
+            [(7, "c".to_string(), false), (8, "d".to_string(), false)]
+        );
         drop(store);
         let store = SqliteStore::open(&path, Options::default()).unwrap();
         assert!(!without_rowid(&Connection::open(&path).unwrap()).unwrap());
+        assert!(!log_by_row(&Connection::open(&path).unwrap()).unwrap());
         assert!(store.get(&key).await.unwrap().is_some());
+        assert_eq!(
+            changes_after(&store, 6).await,
+            [(7, "c".to_string(), false), (8, "d".to_string(), false)]
+        );
+    }
+
+    /// The change log is one row per transaction, and `changes` a view of it with the columns
+    /// an earlier version's table had: that version's watch query reads every change in order,
+    /// and its write of a change row fails loudly instead of going where no watch looks.
+    #[tokio::test]
+    async fn an_earlier_versions_watch_reads_the_log_and_its_writes_fail_loudly() {
+        let (_dir, path, store) = fresh();
+        store
+            .commit(vec![config_map_named("a"), config_map_named("b")])
+            .await
+            .unwrap();
+        store
+            .commit(vec![Write::Delete {
+                key: ObjectKey::new("", "ConfigMap", "default", "a"),
+                precondition: Precondition::Any,
+            }])
+            .await
+            .unwrap();
+        let raw = Connection::open(&path).unwrap();
+        let sets: i64 = raw
+            .query_row("SELECT count(*) FROM change_sets", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sets, 2);
+        // The earlier version's watch query, as it was.
+        let rows: Vec<(i64, String, i64)> = raw
+            .prepare(
+                "SELECT rev, grp, kind, ns, name, deleted FROM changes WHERE rev > ?1 AND rev <= ?2 ORDER BY rev, seq",
+            )
+            .unwrap()
+            .query_map([0, 2], |r| Ok((r.get(0)?, r.get(4)?, r.get(5)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1, "a".to_string(), 0),
+                (1, "b".to_string(), 0),
+                (2, "a".to_string(), 1)
+            ]
+        );
+        // Its writes and its compaction are refused.
+        for old in [
+            "INSERT INTO changes (rev, seq, grp, kind, ns, name, deleted) VALUES (3, 0, '', 'ConfigMap', 'default', 'c', 0)",
+            "DELETE FROM changes WHERE rev <= 1",
+        ] {
+            let e = raw.execute(old, []).unwrap_err().to_string();
+            assert!(e.contains("view"), "{e}");
+        }
+        // Its start-up (the tables made if missing) leaves the layout as it is.
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS changes (rev INTEGER NOT NULL, seq INTEGER NOT NULL,
+                 grp TEXT NOT NULL, kind TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+                 deleted INTEGER NOT NULL, PRIMARY KEY (rev, seq)) WITHOUT ROWID;",
+        )
+        .unwrap();
+        assert_eq!(layout(&raw).unwrap(), Layout::Current);
+    }
+
+    /// A change set that is not the JSON array a commit writes stops the watch with an error
+    /// naming its revision, rather than skipping what it held.
+    #[tokio::test]
+    async fn a_damaged_change_set_is_an_error_naming_its_revision() {
+        let (_dir, path, store) = fresh();
+        store.commit(vec![config_map_named("a")]).await.unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE change_sets SET keys = '[[\"\", 1]]' WHERE rev = 1",
+                [],
+            )
+            .unwrap();
+        let mut w = store.watch(0).await.unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(10), w.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_err();
+        match e {
+            Error::Corrupt { key, .. } => {
+                assert_eq!((key.kind(), key.name()), ("ChangeSet", "1"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     fn config_map_named(name: &str) -> Write {
