@@ -290,8 +290,28 @@ pub struct Object(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Map(Arc<Map<String, Value>>),
+    Map(Arc<Mapped>),
     Stored(Arc<StoredText>),
+}
+
+/// An object's mapping, and its key once asked for ([`Object::key`]): a key is read from four
+/// fields (the group out of `apiVersion`) and made into a string, and a sync asks for the key
+/// of each object several times (the desired set's order, the commit's check that no key is
+/// written twice, the stored result); a third of the time of the thread that makes a commit's
+/// texts went to it. A change through [`Object::as_map_mut`] forgets it.
+#[derive(Clone)]
+struct Mapped {
+    map: Map<String, Value>,
+    key: std::sync::OnceLock<ObjectKey>,
+}
+
+impl Mapped {
+    fn new(map: Map<String, Value>) -> Arc<Self> {
+        Arc::new(Mapped {
+            map,
+            key: std::sync::OnceLock::new(),
+        })
+    }
 }
 
 /// An object's stored JSON text, its key read from it, and the mapping once decoded.
@@ -345,7 +365,7 @@ impl From<Object> for Value {
     /// The mapping, moved out when this is its only holder, copied otherwise.
     fn from(o: Object) -> Value {
         match o.0 {
-            Repr::Map(m) => Value::Object(Arc::unwrap_or_clone(m)),
+            Repr::Map(m) => Value::Object(Arc::unwrap_or_clone(m).map),
             Repr::Stored(t) => Value::Object(t.decoded().clone()),
         }
     }
@@ -394,7 +414,7 @@ impl StoredText {
 impl Object {
     fn map(&self) -> &Map<String, Value> {
         match &self.0 {
-            Repr::Map(m) => m,
+            Repr::Map(m) => &m.map,
             Repr::Stored(t) => t.decoded(),
         }
     }
@@ -485,7 +505,7 @@ impl Object {
                 });
             }
         }
-        Ok(Object(Repr::Map(Arc::new(map))))
+        Ok(Object(Repr::Map(Mapped::new(map))))
     }
 
     /// Builds one of driftless's own records: `apiVersion: driftless.io/v1`, the given kind and
@@ -498,7 +518,7 @@ impl Object {
         meta.insert("name".into(), name.into());
         map.insert("metadata".into(), Value::Object(meta));
         map.extend(body);
-        Object(Repr::Map(Arc::new(map)))
+        Object(Repr::Map(Mapped::new(map)))
     }
 
     fn str_field(&self, field: &str) -> &str {
@@ -576,12 +596,18 @@ impl Object {
             .insert("namespace".into(), Value::String(namespace.into()));
     }
 
-    /// The object's identity.
+    /// The object's identity: read from its fields at the first call, then kept with the
+    /// mapping (shared by its clones) until a change through [`Object::as_map_mut`].
     pub fn key(&self) -> ObjectKey {
-        if let Repr::Stored(t) = &self.0 {
-            return t.key.clone();
+        match &self.0 {
+            Repr::Stored(t) => t.key.clone(),
+            Repr::Map(m) => m
+                .key
+                .get_or_init(|| {
+                    ObjectKey::new(self.group(), self.kind(), self.namespace(), self.name())
+                })
+                .clone(),
         }
-        ObjectKey::new(self.group(), self.kind(), self.namespace(), self.name())
     }
 
     /// `metadata.resourceVersion` as a number: the store revision of the object's last write.
@@ -610,10 +636,15 @@ impl Object {
     /// `apiVersion`, `kind` and `metadata.name` strings.
     pub fn as_map_mut(&mut self) -> &mut Map<String, Value> {
         if let Repr::Stored(t) = &self.0 {
-            self.0 = Repr::Map(Arc::new(t.decoded().clone()));
+            self.0 = Repr::Map(Mapped::new(t.decoded().clone()));
         }
         match &mut self.0 {
-            Repr::Map(m) => Arc::make_mut(m),
+            Repr::Map(m) => {
+                let m = Arc::make_mut(m);
+                // The caller may change the identity fields.
+                m.key.take();
+                &mut m.map
+            }
             Repr::Stored(_) => unreachable!("made a mapping above"),
         }
     }
