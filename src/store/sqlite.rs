@@ -513,7 +513,8 @@ fn commit_blocking(
         }
         w => Prepared::Other(key, w),
     };
-    let many = writes.len() >= SERIALIZE_APART;
+    let count = writes.len();
+    let many = count >= SERIALIZE_APART;
     std::thread::scope(|scope| {
         let writes: Box<dyn Iterator<Item = Result<Prepared>>> = if many {
             // Handed over a batch at a time: one at a time, the two threads woke each other
@@ -557,7 +558,7 @@ fn commit_blocking(
             let keys = check_distinct(&writes)?;
             Box::new(keys.into_iter().zip(writes).map(prepare).map(Ok))
         };
-        commit_writes(&tx, writes, revision, heads)
+        commit_writes(&tx, writes, count, revision, heads)
     })
     .and_then(|(stored, seq, written)| {
         let committed = finish_commit(tx, revision, stored, seq, retain)?;
@@ -599,14 +600,17 @@ fn head_meta(key: &ObjectKey, head: &Object) -> (ObjectKey, RecordMeta) {
 
 /// The commit loop: every write inserted (or deleted) in order, each checked against its
 /// precondition, with its change recorded; (what was stored, how many took effect, the
-/// records written with their metadata for [`Heads`]).
+/// records written with their metadata for [`Heads`]). `count`: how many writes there are (the
+/// list of what was stored is made that long at once: grown by doubling, it was copied 14
+/// times at 10,000 objects, on the thread that bounds the commit).
 fn commit_writes(
     tx: &rusqlite::Transaction<'_>,
     writes: impl Iterator<Item = Result<Prepared>>,
+    count: usize,
     revision: u64,
     heads: &Heads,
 ) -> Result<Written> {
-    let mut stored = Vec::new();
+    let mut stored = Vec::with_capacity(count);
     let mut written = Vec::new();
     let mut seq = 0i64;
     // Held for the whole loop: taking them from rusqlite's statement cache at each row hashed
