@@ -412,6 +412,10 @@ pub fn parse_file_with(path: &str, bytes: &[u8], mode: Mode) -> FileResult {
 /// agent its size several times over.
 pub const MAX_OBJECT_BYTES: usize = 1_572_864;
 
+/// Mappings of at most this many keys are searched in order for a key declared twice
+/// ([`Ctx::json_of`]); larger ones by hash.
+const SCAN_KEYS: usize = 8;
+
 /// True when a line of `text` declares `kind: Secret` (YAML or JSON spelling), so that errors
 /// found before the document is known must not quote values.
 fn holds_secret(text: &str) -> bool {
@@ -1083,7 +1087,14 @@ impl Ctx<'_> {
                         ok = false;
                         continue;
                     };
-                    if out.contains_key(&key) {
+                    // A mapping of a few keys is searched in order: hashing the key (SipHash,
+                    // serde_json's ordered mapping) cost more than comparing it with each.
+                    let twice = if out.len() <= SCAN_KEYS {
+                        out.keys().any(|k| *k == key)
+                    } else {
+                        out.contains_key(&key)
+                    };
+                    if twice {
                         if self.mode == Mode::Live {
                             self.warning(
                                 at,
@@ -1877,6 +1888,13 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    track: a\n    track: b\n",
         );
         assert_eq!(errors(&r), vec!["7:5: duplicate key `track`"]);
+        assert!(r.objects.is_empty());
+        // In a mapping larger than those searched in order (looked up by hash), the same.
+        let data: String = (0..12).map(|i| format!("  k{i}: v\n")).collect();
+        let r = one(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n{data}  k3: again\n"
+        ));
+        assert_eq!(errors(&r), vec!["18:3: duplicate key `k3`"]);
         assert!(r.objects.is_empty());
     }
 
