@@ -865,46 +865,57 @@ impl Ctx<'_> {
             ],
             _ => &[],
         };
-        let mut paths: Vec<Vec<Step>> = Vec::new();
-        match (group, kind) {
-            ("", "ConfigMap") => {
-                paths.push(vec![Key("data"), Values]);
-                paths.push(vec![Key("binaryData"), Values]);
-            }
-            ("", "Secret") => {
-                paths.push(vec![Key("data"), Values]);
-                paths.push(vec![Key("stringData"), Values]);
-            }
-            ("", "Service") => {
-                paths.push(vec![Key("spec"), Key("selector"), Values]);
-                paths.push(vec![Key("spec"), Key("ports"), Each, Key("name")]);
-            }
-            _ => {}
-        }
-        if !pod_spec.is_empty() {
-            paths.push([pod_spec, &[Key("nodeSelector"), Values]].concat());
-            paths.push([pod_spec, &[Key("serviceAccountName")]].concat());
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
-                let c = [pod_spec, &[Key(list), Each]].concat();
-                for tail in [
-                    &[Key("image")][..],
-                    &[Key("workingDir")],
-                    &[Key("ports"), Each, Key("name")],
-                    &[Key("command"), Each],
-                    &[Key("args"), Each],
-                    &[Key("env"), Each, Key("value")],
-                ] {
-                    paths.push([c.as_slice(), tail].concat());
-                }
-            }
-        }
+        // The kind's own fields, from the object's root.
+        let own: &[&[Step]] = match (group, kind) {
+            ("", "ConfigMap") => &[&[Key("data"), Values], &[Key("binaryData"), Values]],
+            ("", "Secret") => &[&[Key("data"), Values], &[Key("stringData"), Values]],
+            ("", "Service") => &[
+                &[Key("spec"), Key("selector"), Values],
+                &[Key("spec"), Key("ports"), Each, Key("name")],
+            ],
+            _ => &[],
+        };
+        // A pod spec's, each container's (in the order the fields are listed, then the
+        // containers'), from the pod spec and each container found once: walked from the root,
+        // the way down to them was walked again for each of twenty fields.
+        const POD_SPEC: &[&[Step]] =
+            &[&[Key("nodeSelector"), Values], &[Key("serviceAccountName")]];
+        const CONTAINER: &[&[Step]] = &[
+            &[Key("image")],
+            &[Key("workingDir")],
+            &[Key("ports"), Each, Key("name")],
+            &[Key("command"), Each],
+            &[Key("args"), Each],
+            &[Key("env"), Each, Key("value")],
+        ];
         let secret = group.is_empty() && kind == "Secret";
         let mut found = Vec::new();
+        let mut check = |parts: &[Part<'_>], node| {
+            if let Some(what) = self.not_a_string(node) {
+                found.push((field_path(parts), node, what));
+            }
+        };
         let mut at = Vec::new();
-        for path in &paths {
-            walk_steps(doc, path, &mut at, &mut |parts, node| {
-                if let Some(what) = self.not_a_string(node) {
-                    found.push((field_path(parts), node, what));
+        for path in own {
+            walk_steps(doc, path, &mut at, &mut check);
+        }
+        if !pod_spec.is_empty() {
+            walk_steps(doc, pod_spec, &mut at, &mut |to_spec, spec| {
+                let mut at = to_spec.to_vec();
+                for path in POD_SPEC {
+                    walk_steps(spec, path, &mut at, &mut check);
+                }
+                for list in ["containers", "initContainers", "ephemeralContainers"] {
+                    let mut containers = Vec::new();
+                    walk_steps(spec, &[Key(list), Each], &mut at, &mut |to, c| {
+                        containers.push((to.to_vec(), c));
+                    });
+                    for path in CONTAINER {
+                        for (to, container) in &containers {
+                            let mut at = to.clone();
+                            walk_steps(container, path, &mut at, &mut check);
+                        }
+                    }
                 }
             });
         }
@@ -2119,6 +2130,29 @@ mod tests {
         assert!(
             e[1].contains("`spec.template.spec.containers[0].env[0].value` must be a string"),
             "{e:?}"
+        );
+        // Every field of a pod spec, each container's: reported in the document's order.
+        let job = one(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: j\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          nodeSelector: {zone: 1}\n          serviceAccountName: true\n          containers:\n          - {name: a, image: 1.0, args: [1]}\n          - {name: b, image: 2.0, workingDir: 3}\n          initContainers:\n          - {name: i, command: [x, 1e3], ports: [{name: 80}]}\n",
+        );
+        let fields: Vec<String> = errors(&job)
+            .iter()
+            .map(|e| e.split('`').nth(1).unwrap_or_default().to_string())
+            .collect();
+        let pod = "spec.jobTemplate.spec.template.spec";
+        assert_eq!(
+            fields,
+            [
+                "nodeSelector.zone",
+                "serviceAccountName",
+                "containers[0].image",
+                "containers[0].args[0]",
+                "containers[1].image",
+                "containers[1].workingDir",
+                "initContainers[0].command[1]",
+                "initContainers[0].ports[0].name",
+            ]
+            .map(|f| format!("{pod}.{f}"))
         );
         // A value wrong both ways is reported once, with the more specific message.
         let both =
