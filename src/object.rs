@@ -377,7 +377,7 @@ const SCAN_FIELDS: usize = 12;
 /// `map[field]`. An object's top level and its `metadata` hold a handful of fields, where
 /// comparing each name is several times faster than hashing the one looked for (serde_json's
 /// ordered mapping hashes with SipHash); larger mappings are looked up by hash.
-fn field_of<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+pub(crate) fn field_of<'a>(map: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
     if map.len() <= SCAN_FIELDS {
         map.iter()
             .find(|(k, _)| k.as_str() == field)
@@ -465,7 +465,7 @@ impl Object {
             return Err(Error::NotAMapping(type_name(&value)));
         };
         for field in ["apiVersion", "kind"] {
-            match map.get(field) {
+            match field_of(&map, field) {
                 None | Some(Value::Null) => return Err(Error::MissingField(field)),
                 Some(Value::String(_)) => {}
                 Some(other) => {
@@ -476,7 +476,7 @@ impl Object {
                 }
             }
         }
-        let meta = match map.get("metadata") {
+        let meta = match field_of(&map, "metadata") {
             None | Some(Value::Null) => return Err(Error::MissingField("metadata")),
             Some(Value::Object(m)) => m,
             Some(other) => {
@@ -486,7 +486,7 @@ impl Object {
                 });
             }
         };
-        match meta.get("name") {
+        match field_of(meta, "name") {
             None | Some(Value::Null) => return Err(Error::MissingField("metadata.name")),
             Some(Value::String(_)) => {}
             Some(other) => {
@@ -496,7 +496,7 @@ impl Object {
                 });
             }
         }
-        match meta.get("namespace") {
+        match field_of(meta, "namespace") {
             None | Some(Value::Null) | Some(Value::String(_)) => {}
             Some(other) => {
                 return Err(Error::NotAString {

@@ -146,8 +146,7 @@ pub fn assess_builtin_at(object: &Object, generation: u64, kinds: &StatusKinds) 
 
 /// `Progressing` for an object being deleted (`metadata.deletionTimestamp`), whatever its kind.
 fn lifecycle(obj: &Live) -> Option<(Assessment, Rule)> {
-    obj.metadata()
-        .get("deletionTimestamp")
+    crate::object::field_of(obj.metadata(), "deletionTimestamp")
         .is_some_and(|v| !v.is_null())
         .then(|| {
             (
