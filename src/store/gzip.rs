@@ -8,11 +8,19 @@ use std::io::{Read, Write};
 
 /// The gzip of `text` at `level` (`flate2`'s: 1 is the fastest, 6 its default).
 pub(crate) fn compress(text: &[u8], level: u32) -> Vec<u8> {
+    compress_parts(&[text], level)
+}
+
+/// The gzip of `parts` one after another (one member), at `level`, without joining them first.
+pub(crate) fn compress_parts(parts: &[&[u8]], level: u32) -> Vec<u8> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(text.len() / 8 + 64),
+        Vec::with_capacity(len / 8 + 64),
         flate2::Compression::new(level),
     );
-    gz.write_all(text).expect("writing to memory cannot fail");
+    for part in parts {
+        gz.write_all(part).expect("writing to memory cannot fail");
+    }
     gz.finish().expect("writing to memory cannot fail")
 }
 

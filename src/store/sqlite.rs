@@ -465,7 +465,9 @@ fn read_record_meta(c: &Connection, key: &ObjectKey) -> Result<(Option<u64>, Opt
 }
 
 /// A write as the commit loop takes it: a create with its stored text already made (on the
-/// serializing thread, [`commit_blocking`]), or any other write, made in the loop from what
+/// serializing thread, [`commit_blocking`]), a large record with the gzip of its own fields
+/// already made (the head, which the transaction's read stamps, is compressed in the loop:
+/// [`super::RecordText::gzip_after_head`]), or any other write, made in the loop from what
 /// the transaction reads.
 enum Prepared {
     Create {
@@ -474,7 +476,20 @@ enum Prepared {
         stamp: super::Stamp,
         body: String,
     },
+    Record {
+        key: ObjectKey,
+        record: super::RecordText,
+        precondition: Precondition,
+        after_head: Vec<u8>,
+    },
     Other(ObjectKey, Write),
+}
+
+/// A row's body as the commit loop writes it: JSON text (compressed there when a record's is
+/// [`COMPRESS_FROM`] bytes or more), or a record's gzip made already.
+enum Body {
+    Text(String),
+    Gzip(Vec<u8>),
 }
 
 /// Commits at or above this many writes serialize their creates on a second thread while this
@@ -511,6 +526,26 @@ fn commit_blocking(
                 body,
             }
         }
+        // A large record's fields (an inventory: megabytes at 10,000 objects) are compressed
+        // here, beside the inserts, rather than by the inserting thread once it reaches them.
+        Write::PutRecord {
+            record,
+            precondition,
+        } if record.len() >= COMPRESS_FROM => match record.gzip_after_head(GZIP_LEVEL) {
+            Some(after_head) => Prepared::Record {
+                key,
+                record,
+                precondition,
+                after_head,
+            },
+            None => Prepared::Other(
+                key,
+                Write::PutRecord {
+                    record,
+                    precondition,
+                },
+            ),
+        },
         w => Prepared::Other(key, w),
     };
     let count = writes.len();
@@ -625,7 +660,23 @@ fn commit_writes(
                 object,
                 stamp,
                 body,
-            } => (key, true, Stored::stamped(object, stamp), body),
+            } => (key, true, Stored::stamped(object, stamp), Body::Text(body)),
+            Prepared::Record {
+                key,
+                record,
+                precondition,
+                after_head,
+            } => {
+                // As a record below, its text the gzip of the stamped head's, then the fields'.
+                let (rev, meta) = record_meta(tx, &key, heads)?;
+                precondition.check_version(&key, rev)?;
+                let head = stamp_record(meta, record.head(), revision);
+                written.push(head_meta(&key, &head));
+                let front = super::RecordText::head_before_fields(&head);
+                let mut gz = super::gzip::compress(front.as_bytes(), GZIP_LEVEL);
+                gz.extend_from_slice(&after_head);
+                (key, false, Stored::from(head), Body::Gzip(gz))
+            }
             Prepared::Other(key, w) => {
                 let (new, body) = match w {
                     Write::Delete { precondition, .. } => {
@@ -688,7 +739,7 @@ fn commit_writes(
                         (Stored::stamped(object, stamp), body)
                     }
                 };
-                (key, false, new, body)
+                (key, false, new, Body::Text(body))
             }
         };
         let (insert, stmt) = if create {
@@ -696,16 +747,7 @@ fn commit_writes(
         } else {
             (REPLACE_SQL, &mut replace_stmt)
         };
-        let compress = key.is_reserved() && body.len() >= COMPRESS_FROM;
-        let inserted = if !compress && body.len() >= BIND_IN_PLACE {
-            insert_in_place(tx, insert, &key, revision as i64, &body)
-        } else {
-            // The text, or a large record's gzip in its place.
-            let stored = if compress {
-                rusqlite::types::Value::Blob(super::gzip::compress(body.as_bytes(), GZIP_LEVEL))
-            } else {
-                rusqlite::types::Value::Text(body)
-            };
+        let execute = |stmt: &mut rusqlite::CachedStatement<'_>, stored| {
             stmt.execute(params![
                 key.group(),
                 key.kind(),
@@ -714,6 +756,26 @@ fn commit_writes(
                 revision as i64,
                 stored
             ])
+        };
+        let inserted = match body {
+            Body::Gzip(gz) => execute(stmt, rusqlite::types::Value::Blob(gz)),
+            Body::Text(body) => {
+                let compress = key.is_reserved() && body.len() >= COMPRESS_FROM;
+                if !compress && body.len() >= BIND_IN_PLACE {
+                    insert_in_place(tx, insert, &key, revision as i64, &body)
+                } else {
+                    // The text, or a large record's gzip in its place.
+                    let stored = if compress {
+                        rusqlite::types::Value::Blob(super::gzip::compress(
+                            body.as_bytes(),
+                            GZIP_LEVEL,
+                        ))
+                    } else {
+                        rusqlite::types::Value::Text(body)
+                    };
+                    execute(stmt, stored)
+                }
+            }
         };
         if let Err(e) = inserted {
             if create && e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
@@ -1872,6 +1934,25 @@ mod tests {
                 .len(),
             2001
         );
+
+        // In a commit large enough to make its texts on a second thread, the record's fields
+        // are compressed there, ahead of its stamped head: the same text reads back.
+        let mut writes: Vec<Write> = (1..300).map(|i| config_map(i, 100)).collect();
+        let rv = again.resource_version().unwrap();
+        writes.push(inventory("large", 2002, Precondition::ResourceVersion(rv)));
+        store.commit(writes).await.unwrap();
+        assert_eq!(stored_as(&path, &large).0, "blob");
+        let (json, _) = store.get_json(&large).await.unwrap().unwrap();
+        let last = store.get(&large).await.unwrap().unwrap();
+        assert_eq!(last.metadata()["creationTimestamp"], created);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["spec"]["entries"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2002
+        );
+        assert!(json.starts_with("{\"apiVersion\":\"driftless.io/v1\",\"kind\":\"Inventory\""));
     }
 
     /// A gzip that does not expand (damaged by hand) is an error naming the record from a get,
