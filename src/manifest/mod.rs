@@ -183,6 +183,9 @@ pub fn parse_many(files: &[(&str, &[u8])], opts: &Options) -> Vec<FileResult> {
         let mut r = parse_file(p, b);
         for declared in &mut r.objects {
             default_namespace(&mut declared.object, opts);
+            // The key is made here, while the object is in this core's cache, and kept with it
+            // ([`Object::key`]): [`assemble`] then reads only the key of each object.
+            declared.object.key();
         }
         r
     })
@@ -220,8 +223,16 @@ pub fn assemble(
         let at = set.diagnostics.len();
         all.reserve(parsed.objects.len());
         for mut declared in parsed.objects {
-            default_namespace(&mut declared.object, opts);
-            all.push((declared.object.key(), declared, at, all.len()));
+            // Judged by the key, kept with the object when it was made on the parse's threads
+            // ([`parse_many`]): reading the object itself here, once per object, missed the
+            // cache (9 ms at 10,000 objects).
+            let mut key = declared.object.key();
+            if key.namespace().is_empty() && !object::is_cluster_scoped(key.group(), key.kind())
+            {
+                default_namespace(&mut declared.object, opts);
+                key = declared.object.key();
+            }
+            all.push((key, declared, at, all.len()));
         }
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
