@@ -227,8 +227,7 @@ pub fn assemble(
             // ([`parse_many`]): reading the object itself here, once per object, missed the
             // cache (9 ms at 10,000 objects).
             let mut key = declared.object.key();
-            if key.namespace().is_empty() && !object::is_cluster_scoped(key.group(), key.kind())
-            {
+            if key.namespace().is_empty() && !object::is_cluster_scoped(key.group(), key.kind()) {
                 default_namespace(&mut declared.object, opts);
                 key = declared.object.key();
             }
