@@ -1263,9 +1263,51 @@ impl<'de> serde::de::Visitor<'de> for Compact {
     }
 }
 
+/// The keys of two sorted sequences (the keys of two maps), in order, each once (a key in
+/// both taken once): a union made in one walk of both, where collecting them into a set cloned
+/// and sorted both.
+pub fn sorted_union<'a>(
+    a: impl Iterator<Item = &'a ObjectKey>,
+    b: impl Iterator<Item = &'a ObjectKey>,
+) -> Vec<ObjectKey> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    let mut keys = Vec::with_capacity(a.size_hint().0);
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (Some(x), Some(y)) => match x.cmp(y) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    b.next();
+                    a.next()
+                }
+            },
+        };
+        keys.extend(next.cloned());
+    }
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sorted_union_has_each_key_once_in_order() {
+        let k = |n: &str| ObjectKey::new("", "ConfigMap", "ns", n);
+        let a = [k("a"), k("c"), k("d")];
+        let b = [k("b"), k("c"), k("e")];
+        assert_eq!(
+            sorted_union(a.iter(), b.iter()),
+            [k("a"), k("b"), k("c"), k("d"), k("e")]
+        );
+        assert_eq!(sorted_union(a.iter(), [].iter()), a);
+        assert_eq!(sorted_union([].iter(), b.iter()), b);
+        assert!(sorted_union([].iter(), [].iter()).is_empty());
+    }
 
     proptest::proptest! {
         /// The key kept as one string orders, compares and hashes as the four parts would, and

@@ -971,14 +971,11 @@ async fn attempt_sync(
                 .collect();
         }
     }
-    let keys: Vec<ObjectKey> = desired
-        .keys()
-        .chain(inventory_scoped.keys())
-        .filter(|k| !still.contains(**k))
-        .map(|k| (*k).clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let keys: Vec<ObjectKey> =
+        crate::object::sorted_union(desired.keys().copied(), inventory_scoped.keys().copied())
+            .into_iter()
+            .filter(|k| !still.contains(k))
+            .collect();
     let live = store.get_many(&keys).await.map_err(Error::Store)?.objects;
     // Fields another manager is meant to own (`sync.ignore[].managers`) leave the declaration
     // here, where the live object says who manages what.

@@ -472,7 +472,7 @@ impl App {
     /// same 10,000), from which the set is built in one pass.
     fn own(&mut self, desired: &Arc<BTreeMap<ObjectKey, Object>>) {
         let inventoried = self.inventory.iter().flat_map(|i| i.entries.keys());
-        let keys = sorted_union(desired.keys(), inventoried);
+        let keys = crate::object::sorted_union(desired.keys(), inventoried);
         self.set_owned(keys.into_iter().collect());
         self.owned_from = Some(desired.clone());
     }
@@ -2230,49 +2230,9 @@ fn crds(desired: &BTreeMap<ObjectKey, Object>) -> impl Iterator<Item = &Object> 
         .map(|(_, o)| o)
 }
 
-/// The keys of two sorted sequences, in order, each once (a key in both taken once).
-fn sorted_union<'a>(
-    a: impl Iterator<Item = &'a ObjectKey>,
-    b: impl Iterator<Item = &'a ObjectKey>,
-) -> Vec<ObjectKey> {
-    let (mut a, mut b) = (a.peekable(), b.peekable());
-    let mut keys = Vec::with_capacity(a.size_hint().0);
-    loop {
-        let next = match (a.peek(), b.peek()) {
-            (None, None) => break,
-            (Some(_), None) => a.next(),
-            (None, Some(_)) => b.next(),
-            (Some(x), Some(y)) => match x.cmp(y) {
-                std::cmp::Ordering::Less => a.next(),
-                std::cmp::Ordering::Greater => b.next(),
-                std::cmp::Ordering::Equal => {
-                    b.next();
-                    a.next()
-                }
-            },
-        };
-        keys.extend(next.cloned());
-    }
-    keys
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_sorted_union_has_each_key_once_in_order() {
-        let k = |n: &str| ObjectKey::new("", "ConfigMap", "ns", n);
-        let a = [k("a"), k("c"), k("d")];
-        let b = [k("b"), k("c"), k("e")];
-        assert_eq!(
-            sorted_union(a.iter(), b.iter()),
-            [k("a"), k("b"), k("c"), k("d"), k("e")]
-        );
-        assert_eq!(sorted_union(a.iter(), [].iter()), a);
-        assert_eq!(sorted_union([].iter(), b.iter()), b);
-        assert!(sorted_union([].iter(), [].iter()).is_empty());
-    }
 
     #[test]
     fn a_failed_pass_retries_after_its_backoff_and_store_trouble_never_delays_a_fetch() {
