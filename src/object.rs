@@ -1295,6 +1295,32 @@ pub fn sorted_union<'a>(
 mod tests {
     use super::*;
 
+    /// The key kept with a mapping follows every change of it, and a clone changed apart keeps
+    /// its own.
+    #[test]
+    fn a_kept_key_follows_changes_to_the_object() {
+        let mut o = Object::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}
+        }))
+        .unwrap();
+        assert_eq!(o.key(), ObjectKey::new("apps", "Deployment", "", "a"));
+        let shared = o.clone();
+        o.set_namespace("n");
+        assert_eq!(o.key(), ObjectKey::new("apps", "Deployment", "n", "a"));
+        assert_eq!(shared.key(), ObjectKey::new("apps", "Deployment", "", "a"));
+        o.as_map_mut().insert(
+            "apiVersion".into(),
+            Value::String("extensions/v1beta1".into()),
+        );
+        o.metadata_mut()
+            .insert("name".into(), Value::String("b".into()));
+        assert_eq!(
+            o.key(),
+            ObjectKey::new("extensions", "Deployment", "n", "b")
+        );
+        assert_eq!(Value::from(o)["metadata"]["name"], "b");
+    }
+
     #[test]
     fn a_sorted_union_has_each_key_once_in_order() {
         let k = |n: &str| ObjectKey::new("", "ConfigMap", "ns", n);
