@@ -971,11 +971,14 @@ async fn attempt_sync(
                 .collect();
         }
     }
-    let keys: Vec<ObjectKey> =
-        crate::object::sorted_union(desired.keys().copied(), inventory_scoped.keys().copied())
-            .into_iter()
-            .filter(|k| !still.contains(k))
-            .collect();
+    // Those not known unchanged, filtered before they are copied (a no-op resync skips most).
+    let keys: Vec<ObjectKey> = crate::object::sorted_union(
+        desired.keys().copied().filter(|k| !still.contains(*k)),
+        inventory_scoped
+            .keys()
+            .copied()
+            .filter(|k| !still.contains(*k)),
+    );
     let live = store.get_many(&keys).await.map_err(Error::Store)?.objects;
     // Fields another manager is meant to own (`sync.ignore[].managers`) leave the declaration
     // here, where the live object says who manages what.
