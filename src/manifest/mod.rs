@@ -196,9 +196,14 @@ pub fn parse_many(files: &[(&str, &[u8])], opts: &Options) -> Vec<FileResult> {
 /// keeps [`FileResult`]s across passes does it once on the fresh ones, before sharing them
 /// (an object shared with a cache would be copied to be changed).
 pub fn default_namespace(obj: &mut Object, opts: &Options) {
-    if obj.namespace().is_empty() && !object::is_cluster_scoped(obj.group(), obj.kind()) {
+    if lacks_namespace(obj.group(), obj.kind(), obj.namespace()) {
         obj.set_namespace(&opts.default_namespace);
     }
+}
+
+/// True for an object of a namespaced kind that declares no namespace.
+fn lacks_namespace(group: &str, kind: &str, namespace: &str) -> bool {
+    namespace.is_empty() && !object::is_cluster_scoped(group, kind)
 }
 
 /// Builds a desired set from per-file results given in path order: namespaces defaulted, and
@@ -227,7 +232,7 @@ pub fn assemble(
             // ([`parse_many`]): reading the object itself here, once per object, missed the
             // cache (9 ms at 10,000 objects).
             let mut key = declared.object.key();
-            if key.namespace().is_empty() && !object::is_cluster_scoped(key.group(), key.kind()) {
+            if lacks_namespace(key.group(), key.kind(), key.namespace()) {
                 default_namespace(&mut declared.object, opts);
                 key = declared.object.key();
             }

@@ -381,15 +381,15 @@ impl RecordText {
     /// The whole record's JSON text: `head` (this record's [`Self::head`], as the store
     /// stamped it) followed by the record's own fields.
     pub fn text(&self, head: &Object) -> String {
-        let mut text = head.to_json();
-        if !self.members.is_empty() && text.ends_with('}') {
-            text.pop();
-            text.reserve(self.members.len() + 2);
-            text.push(',');
-            text.push_str(&self.members);
-            text.push('}');
+        match Self::head_before_fields(head) {
+            Some(mut text) if !self.members.is_empty() => {
+                text.reserve(self.members.len() + 1);
+                text.push_str(&self.members);
+                text.push('}');
+                text
+            }
+            _ => head.to_json(),
         }
-        text
     }
 
     /// [`Self::text`], made in the buffer of the record's own fields when nothing else holds
@@ -400,18 +400,14 @@ impl RecordText {
             return head.to_json();
         }
         match Arc::try_unwrap(self.members) {
-            Ok(mut members) => {
-                let mut front = head.to_json();
-                if front.ends_with('}') {
-                    front.pop();
-                    front.push(',');
+            Ok(mut members) => match Self::head_before_fields(head) {
+                Some(front) => {
                     members.insert_str(0, &front);
                     members.push('}');
                     members
-                } else {
-                    front
                 }
-            }
+                None => head.to_json(),
+            },
             Err(members) => RecordText {
                 kind: self.kind,
                 name: self.name,
@@ -431,13 +427,16 @@ impl RecordText {
             .then(|| gzip::compress_parts(&[self.members.as_bytes(), b"}"], level))
     }
 
-    /// What [`Self::into_text`] puts in front of the record's own fields: `head`'s JSON
-    /// without its closing brace, and a comma.
-    pub(crate) fn head_before_fields(head: &Object) -> String {
+    /// What [`Self::text`] and [`Self::into_text`] put in front of the record's own fields:
+    /// `head`'s JSON without its closing brace, and a comma. `None` when that JSON does not end
+    /// with a brace (an object's always does): the text is then the head alone.
+    pub(crate) fn head_before_fields(head: &Object) -> Option<String> {
         let mut front = head.to_json();
-        front.pop();
-        front.push(',');
-        front
+        front.ends_with('}').then(|| {
+            front.pop();
+            front.push(',');
+            front
+        })
     }
 
     /// Bytes of the record's own fields (what a store sizes a transaction by).
@@ -1255,7 +1254,8 @@ mod tests {
         let mut head = record.head();
         head.metadata_mut()
             .insert("resourceVersion".into(), json!("12"));
-        let mut gz = gzip::compress(RecordText::head_before_fields(&head).as_bytes(), 1);
+        let front = RecordText::head_before_fields(&head).unwrap();
+        let mut gz = gzip::compress(front.as_bytes(), 1);
         gz.extend(record.gzip_after_head(1).unwrap());
         let text = gzip::expand(&gz, 1 << 20).unwrap();
         assert_eq!(text, record.clone().into_text(&head));

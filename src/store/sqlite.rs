@@ -672,10 +672,16 @@ fn commit_writes(
                 precondition.check_version(&key, rev)?;
                 let head = stamp_record(meta, record.head(), revision);
                 written.push(head_meta(&key, &head));
-                let front = super::RecordText::head_before_fields(&head);
-                let mut gz = super::gzip::compress(front.as_bytes(), GZIP_LEVEL);
-                gz.extend_from_slice(&after_head);
-                (key, false, Stored::from(head), Body::Gzip(gz))
+                let body = match super::RecordText::head_before_fields(&head) {
+                    Some(front) => {
+                        let mut gz = super::gzip::compress(front.as_bytes(), GZIP_LEVEL);
+                        gz.extend_from_slice(&after_head);
+                        Body::Gzip(gz)
+                    }
+                    // As `RecordText::into_text`: the head alone.
+                    None => Body::Text(head.to_json()),
+                };
+                (key, false, Stored::from(head), body)
             }
             Prepared::Other(key, w) => {
                 let (new, body) = match w {
