@@ -1323,6 +1323,7 @@ async fn revert_latencies(
                 .commit(vec![Write::Put {
                     object: changed,
                     precondition: Precondition::Any,
+                    json: None,
                 }])
                 .await
                 .unwrap();

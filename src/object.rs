@@ -715,6 +715,37 @@ impl Object {
         serde_json::to_writer(out, self.map())
     }
 
+    /// [`Self::write_json`] (the same bytes), also giving where in `out` it wrote the closing
+    /// brace of the `metadata` mapping: where a store puts the fields it sets when it writes
+    /// the object from this text ([`crate::store::ObjectJson`]). `None` when `metadata` is not
+    /// a mapping, or when the object is kept as the text it was read from.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::write_json`] (a map of JSON values always serializes).
+    pub fn write_json_marked(&self, out: &mut Vec<u8>) -> Result<Option<usize>, serde_json::Error> {
+        let Repr::Map(m) = &self.0 else {
+            self.write_json(out)?;
+            return Ok(None);
+        };
+        // serde_json's compact form of a map, an entry at a time.
+        let mut close = None;
+        out.push(b'{');
+        for (i, (k, v)) in m.map.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut *out, k)?;
+            out.push(b':');
+            serde_json::to_writer(&mut *out, v)?;
+            if k == "metadata" && v.is_object() {
+                close = Some(out.len() - 1);
+            }
+        }
+        out.push(b'}');
+        Ok(close)
+    }
+
     /// Bytes of [`Self::to_json`], counted without building the text.
     pub fn json_len(&self) -> usize {
         struct Count(usize);
@@ -1294,6 +1325,49 @@ pub fn sorted_union<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Written with the place of its metadata's closing brace: the same bytes as
+    /// `write_json`, the brace where said; none without a metadata mapping or for an object
+    /// kept as the text it was read from.
+    #[test]
+    fn json_written_marked_is_the_same_and_marks_where_metadata_closes() {
+        let declared = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a\"}"}, "data": {"metadata": "}"}});
+        let with = |metadata: Option<serde_json::Value>| {
+            let mut o = Object::from_value(declared.clone()).unwrap();
+            match metadata {
+                Some(m) => o.as_map_mut().insert("metadata".into(), m),
+                None => o.as_map_mut().remove("metadata"),
+            };
+            o
+        };
+        for (o, marked) in [
+            (Object::from_value(declared.clone()).unwrap(), true),
+            (with(Some(serde_json::json!({}))), true),
+            (with(Some(serde_json::json!("m"))), false),
+            (with(None), false),
+        ] {
+            let v = serde_json::Value::from(o.clone());
+            let mut out = b"xx".to_vec();
+            let close = o.write_json_marked(&mut out).unwrap();
+            assert_eq!(&out[2..], o.to_json().as_bytes(), "{v}");
+            match close {
+                Some(at) => {
+                    assert!(marked, "{v}");
+                    let meta = serde_json::to_string(&v["metadata"]).unwrap();
+                    let begins = at + 1 - meta.len();
+                    assert_eq!(&out[begins..=at], meta.as_bytes(), "{v}");
+                }
+                None => assert!(!marked, "{v}"),
+            }
+        }
+        let stored = Object::from_stored_text(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(stored.write_json_marked(&mut out).unwrap(), None);
+        assert_eq!(out, stored.to_json().as_bytes());
+    }
 
     /// The key kept with a mapping follows every change of it, and a clone changed apart keeps
     /// its own.

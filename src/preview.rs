@@ -475,6 +475,7 @@ pub async fn write(store: &dyn Store, rec: &PreviewRecord) -> store::Result<()> 
         .commit(vec![Write::Put {
             object: rec.to_record(),
             precondition: Precondition::Any,
+            json: None,
         }])
         .await?;
     Ok(())

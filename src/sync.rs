@@ -27,8 +27,8 @@ mod config;
 mod verified;
 pub use config::{RetryConfig, SyncConfig, TargetConfig};
 pub use verified::{
-    EntriesAhead, Persisted, VERIFIED_KIND, desired_digest, desired_digest_ahead,
-    desired_digest_here,
+    AheadText, EntriesAhead, EntrySpan, Persisted, VERIFIED_KIND, desired_digest,
+    desired_digest_ahead, desired_digest_here,
 };
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -143,6 +143,22 @@ impl Inventory {
     ///
     /// As [`Self::to_record_text`].
     pub fn to_record_text_with(&self, entries: Option<Vec<u8>>) -> Result<RecordText> {
+        self.record_text(entries).map(|(record, _)| record)
+    }
+
+    /// [`Self::to_record_text_with`] the entries' text made ahead, and where that text begins
+    /// in the record's own fields (`RecordText::object_json`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::to_record_text`].
+    pub fn to_record_text_around(&self, entries: Vec<u8>) -> Result<(RecordText, usize)> {
+        self.record_text(Some(entries))
+            .map(|(record, at)| (record, at.unwrap_or(0)))
+    }
+
+    /// The record, around `entries` when given (then with where they begin).
+    fn record_text(&self, entries: Option<Vec<u8>>) -> Result<(RecordText, Option<usize>)> {
         #[derive(serde::Serialize)]
         struct Head<'a> {
             revision: Option<&'a str>,
@@ -179,12 +195,14 @@ impl Inventory {
             // Made ahead: the record is made around them, in their buffer.
             Some(text) => {
                 RecordText::around(INVENTORY_KIND, &self.app, "spec", before, text, after)
+                    .map(|(record, at)| (record, Some(at)))
             }
             None => RecordText::with_json(INVENTORY_KIND, &self.app, "spec", |out| {
                 before(out)?;
                 write_entries(&self.entries, out)?;
                 after(out)
-            }),
+            })
+            .map(|record| (record, None)),
         }
         .map_err(|e| Error::Inventory {
             app: self.app.clone(),
@@ -503,6 +521,40 @@ fn write_entries(
         },
     );
     failed.map_or(Ok(()), Err)
+}
+
+/// Gives each [`Write::Put`] of a desired object (the very object, shared) its JSON in the new
+/// inventory record ([`Write::Put::json`]): `spans` say where each of `desired`'s objects is,
+/// in key order, in the text that begins at `at` of the record's own fields
+/// ([`AheadText`]). One walk of both in key order; a write found out of order, or an object
+/// without its metadata's place, is left to be serialized.
+fn lend_json(
+    writes: &mut [Write],
+    desired: &BTreeMap<ObjectKey, Object>,
+    spans: &[EntrySpan],
+    record: &RecordText,
+    at: usize,
+) {
+    if spans.len() != desired.len() {
+        return;
+    }
+    let mut entries = desired.iter().zip(spans).peekable();
+    for w in writes.iter_mut() {
+        let Write::Put { object, json, .. } = w else {
+            continue;
+        };
+        let key = object.key();
+        while entries.next_if(|((k, _), _)| **k < key).is_some() {}
+        let Some(((_, declared), span)) = entries.peek() else {
+            break;
+        };
+        if let Some(meta_close) = span.meta_close
+            && declared.same(object)
+        {
+            let at = |i: u32| at + i as usize;
+            *json = record.object_json(at(span.start), at(span.end), at(meta_close));
+        }
+    }
 }
 
 /// True when `a` and `b` hold the same keys with the same objects (shared: [`Object::same`]).
@@ -1120,6 +1172,7 @@ async fn attempt_sync(
                     writes.push(Write::Put {
                         object,
                         precondition: Precondition::matching(step.live.as_ref()),
+                        json: None,
                     });
                 } else if step.action == Action::Unchanged
                     && !req.dry_run
@@ -1133,6 +1186,7 @@ async fn attempt_sync(
                     writes.push(Write::Put {
                         object,
                         precondition: Precondition::matching(live.get(&step.key)),
+                        json: None,
                     });
                 }
                 if inventory.entries.get(&step.key) != Some(declared) {
@@ -1303,8 +1357,17 @@ async fn attempt_sync(
             }
             _ => None,
         };
+        let record = match ahead {
+            Some(ahead) => {
+                let (record, at) = next.to_record_text_around(ahead.json)?;
+                // The objects written are written from their text in it, not serialized again.
+                lend_json(&mut writes, req.desired, &ahead.spans, &record, at);
+                record
+            }
+            None => next.to_record_text()?,
+        };
         writes.push(Write::PutRecord {
-            record: next.to_record_text_with(ahead)?,
+            record,
             precondition: match inventory.resource_version {
                 Some(rv) => Precondition::ResourceVersion(rv),
                 None => Precondition::Absent,
@@ -1851,6 +1914,7 @@ mod tests {
                 .map(|object| Write::Put {
                     object,
                     precondition: Precondition::Any,
+                    json: None,
                 })
                 .collect();
             if !foreign.is_empty() {
@@ -2007,6 +2071,7 @@ mod tests {
                 .commit(vec![Write::Put {
                     object: cm(name, "theirs"),
                     precondition: Precondition::Any,
+                    json: None,
                 }])
                 .await
                 .unwrap();
@@ -2080,6 +2145,7 @@ mod tests {
             .commit(vec![Write::Put {
                 object: cm("shared", "same"),
                 precondition: Precondition::Any,
+                json: None,
             }])
             .await
             .unwrap();
@@ -2146,6 +2212,7 @@ mod tests {
                     Write::Put {
                         object: shared.clone(),
                         precondition: Precondition::Any,
+                        json: None,
                     },
                 ])
                 .await
@@ -2338,6 +2405,7 @@ mod tests {
             .commit(vec![Write::Put {
                 object: cm("a", "drift"),
                 precondition: Precondition::Any,
+                json: None,
             }])
             .await
             .unwrap();
@@ -2463,6 +2531,7 @@ mod tests {
                 Write::Put {
                     object: cm("b", "drift"),
                     precondition: Precondition::Any,
+                    json: None,
                 },
                 Write::Delete {
                     key: keys[2].clone(),
@@ -2523,6 +2592,7 @@ mod tests {
             .commit(vec![Write::Put {
                 object: cm("d", "drift"),
                 precondition: Precondition::Any,
+                json: None,
             }])
             .await
             .unwrap();
@@ -2548,10 +2618,12 @@ mod tests {
                 Write::Put {
                     object: cm("a", "drift"),
                     precondition: Precondition::Any,
+                    json: None,
                 },
                 Write::Put {
                     object: cm("b", "drift"),
                     precondition: Precondition::Any,
+                    json: None,
                 },
             ])
             .await
@@ -2603,9 +2675,18 @@ mod tests {
         let mut own = Vec::new();
         write_entries(&desired, &mut own).unwrap();
         assert_eq!(
-            String::from_utf8(made.clone()).unwrap(),
+            String::from_utf8(made.json.clone()).unwrap(),
             String::from_utf8(own).unwrap()
         );
+        // Where each object is in it, and where its metadata closes.
+        assert_eq!(made.spans.len(), desired.len());
+        for (o, span) in desired.values().zip(&made.spans) {
+            let text = &made.json[span.start as usize..span.end as usize];
+            assert_eq!(text, o.to_json().as_bytes());
+            let close = span.meta_close.unwrap() as usize;
+            let meta = serde_json::to_string(o.metadata()).unwrap();
+            assert!(made.json[..=close].ends_with(meta.as_bytes()));
+        }
 
         let dir = tempfile::tempdir().unwrap();
         let with =
@@ -2613,9 +2694,15 @@ mod tests {
         let without =
             store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
         // The same JSON with a space after its first colon: a text the sync did not make.
-        let spaced = String::from_utf8(made).unwrap().replacen("\":", "\": ", 1);
+        let spaced = String::from_utf8(made.json)
+            .unwrap()
+            .replacen("\":", "\": ", 1);
         let ahead = EntriesAhead::default();
-        ahead.put(spaced.into_bytes());
+        // Without where each object is (nothing lent to the writes).
+        ahead.put(AheadText {
+            json: spaced.into_bytes(),
+            spans: Vec::new(),
+        });
         sync(
             &with,
             &Request {
@@ -2640,6 +2727,116 @@ mod tests {
         assert_eq!(
             (a.entries, a.revision, a.retained),
             (b.entries, b.revision, b.retained)
+        );
+    }
+
+    /// The objects a full sync creates are written from their JSON in the text made ahead
+    /// (lent to their writes) and stored byte for byte as a sync without it stores them, the
+    /// store's fields put where serializing puts them: text to escape, a declared store field
+    /// (then serialized), several parts of the digest (300 objects).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn objects_written_from_the_text_made_ahead_are_stored_as_serialized() {
+        let mut objects: Vec<Object> = (0..300)
+            .map(|i| cm(&format!("c{i:03}"), &format!("v\"{i}\u{e9}\n")))
+            .collect();
+        objects[7]
+            .metadata_mut()
+            .insert("generation".into(), json!(7));
+        objects[8]
+            .metadata_mut()
+            .insert("labels".into(), json!({"a/b": "}{"}));
+        let desired = set(&objects);
+        let rev = Revision("r1".into());
+        let dir = tempfile::tempdir().unwrap();
+        let with =
+            store::sqlite::SqliteStore::open(&dir.path().join("a.db"), Default::default()).unwrap();
+        let without =
+            store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
+        let ahead = EntriesAhead::default();
+        desired_digest_ahead(&desired, "settings", &ahead);
+        sync(
+            &with,
+            &Request {
+                entries_ahead: Some(&ahead),
+                ..req("app", &rev, &desired)
+            },
+        )
+        .await
+        .unwrap();
+        sync(&without, &req("app", &rev, &desired)).await.unwrap();
+        // The time of creation aside (the two syncs may be a second apart).
+        let unstamped = |text: String| {
+            let at = text.find("\"creationTimestamp\":\"").unwrap() + 21;
+            let end = at + text[at..].find('"').unwrap();
+            format!("{}{}", &text[..at], &text[end..])
+        };
+        for key in desired.keys() {
+            let (a, _) = with.get_json(key).await.unwrap().unwrap();
+            let (b, _) = without.get_json(key).await.unwrap().unwrap();
+            assert_eq!(unstamped(a), unstamped(b), "{key}");
+        }
+    }
+
+    /// The text made ahead is lent to the writes of the very objects declared, in one walk in
+    /// key order: not to an equal object that is not the declared one, nor to a delete, nor
+    /// when the spans do not cover the set; what is lent is each object's JSON, into which a
+    /// stamp goes as it would be serialized.
+    #[tokio::test]
+    async fn the_text_made_ahead_is_lent_to_the_writes_of_the_objects_declared() {
+        let desired = set(&[cm("a", "1"), cm("b", "2"), cm("c", "3"), cm("d", "4")]);
+        let ahead = EntriesAhead::default();
+        desired_digest_ahead(&desired, "settings", &ahead);
+        let made = ahead.take().await.unwrap();
+        let inv = Inventory {
+            app: "app".into(),
+            revision: None,
+            source: None,
+            entries: desired.clone(),
+            retained: BTreeSet::new(),
+            resource_version: None,
+        };
+        let (record, at) = inv.to_record_text_around(made.json.clone()).unwrap();
+        let put = |o: &Object| Write::Put {
+            object: o.clone(),
+            precondition: Precondition::Absent,
+            json: None,
+        };
+        let writes = || {
+            vec![
+                put(&desired[&cm("a", "1").key()]),
+                // Equal, not the declared object itself.
+                put(&cm("b", "2")),
+                Write::Delete {
+                    key: cm("bb", "").key(),
+                    precondition: Precondition::Any,
+                },
+                put(&desired[&cm("d", "4").key()]),
+            ]
+        };
+        let mut lent = writes();
+        lend_json(&mut lent, &desired, &made.spans, &record, at);
+        let stamp = store::Stamp {
+            resource_version: Some(3),
+            generation: 1,
+            created: json!("2026-12-06T00:00:00Z"),
+        };
+        let given: Vec<bool> = lent
+            .iter()
+            .map(|w| match w {
+                Write::Put { object, json, .. } => json.as_ref().is_some_and(|json| {
+                    assert_eq!(stamp.text_from(object, json), stamp.text(object));
+                    true
+                }),
+                _ => false,
+            })
+            .collect();
+        assert_eq!(given, [true, false, false, true]);
+        let mut short = writes();
+        lend_json(&mut short, &desired, &made.spans[1..], &record, at);
+        assert!(
+            short
+                .iter()
+                .all(|w| !matches!(w, Write::Put { json: Some(_), .. }))
         );
     }
 
@@ -2713,6 +2910,7 @@ mod tests {
                         m
                     }),
                     precondition: Precondition::Any,
+                    json: None,
                 }])
                 .await
                 .unwrap();

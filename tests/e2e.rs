@@ -2090,6 +2090,7 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     raw.commit(vec![Write::Put {
         object: drifted,
         precondition: Precondition::Any,
+        json: None,
     }])
     .await
     .unwrap();
@@ -2114,6 +2115,7 @@ async fn a_new_process_reads_only_the_objects_that_moved_since_the_last_found_th
     raw.commit(vec![Write::Put {
         object: Object::reserved(driftless::sync::VERIFIED_KIND, "app", spec),
         precondition: Precondition::Any,
+        json: None,
     }])
     .await
     .unwrap();
@@ -2227,6 +2229,7 @@ fn a_new_process_takes_up_an_unchanged_set_from_the_inventory_without_parsing_it
             .commit(vec![Write::Put {
                 object: p.to_record("demo"),
                 precondition: Precondition::Any,
+                json: None,
             }])
             .await
             .unwrap();

@@ -757,6 +757,7 @@ fn hammer(
                 s.commit(vec![Write::Put {
                     object: driftless::object::Object::from_value(v).unwrap(),
                     precondition: Precondition::Any,
+                    json: None,
                 }])
                 .await
                 .unwrap();

@@ -289,7 +289,7 @@ proptest! {
                     CacheStep::Put(mut ids) => {
                         ids.sort();
                         ids.dedup();
-                        let writes = ids.iter().map(|i| Write::Put { object: object(*i, n), precondition: Precondition::Any }).collect();
+                        let writes = ids.iter().map(|i| Write::Put { object: object(*i, n), precondition: Precondition::Any, json: None }).collect();
                         other.commit(writes).await.unwrap();
                     }
                     CacheStep::Delete(i) => {

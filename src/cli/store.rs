@@ -492,6 +492,7 @@ pub(super) async fn store_cmd(cfg: Loaded, cmd: StoreCommand) -> anyhow::Result<
                 writes.push(Write::Put {
                     object: o,
                     precondition,
+                    json: None,
                 });
             }
             let committed = store.commit(writes).await?;

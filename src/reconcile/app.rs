@@ -2102,6 +2102,7 @@ impl App {
         let write = store::Write::Put {
             object: p.to_record(self.name()),
             precondition: store::Precondition::Any,
+            json: None,
         };
         match self.store.commit(vec![write]).await {
             Ok(_) => {

@@ -548,6 +548,7 @@ impl EtcdStore {
                     Write::Put {
                         object,
                         precondition,
+                        json: made,
                     } => {
                         if key.is_reserved() {
                             precondition.check_version(&key, old_version)?;
@@ -560,7 +561,10 @@ impl EtcdStore {
                             // Written from the object in place (no stamped copy); the
                             // resourceVersion is the transaction's, known once it commits.
                             let stamp = stamp_of(old.as_ref(), object, None);
-                            let json = stamp.text(object);
+                            let json = match made {
+                                Some(made) => stamp.text_from(object, made),
+                                None => stamp.text(object),
+                            };
                             Some((Stored::stamped(object.clone(), stamp), json))
                         }
                     }

@@ -26,6 +26,7 @@ pub mod memory;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -176,6 +177,11 @@ pub enum Write {
         object: Object,
         /// The compare-and-swap condition.
         precondition: Precondition,
+        /// The object's compact JSON made already (by the desired set's digest), which a store
+        /// that keeps text writes with its own metadata put in ([`Stamp::text_from`]) instead
+        /// of serializing the object again; `None`: serialized as usual. Stores that keep
+        /// objects ignore it.
+        json: Option<ObjectJson>,
     },
     /// Store a record of driftless's own given as JSON text (see [`RecordText`]), replacing
     /// what is there, if `precondition` holds: as `Put` of the same record as an object.
@@ -237,6 +243,7 @@ impl Write {
             } => Write::Put {
                 object: record.to_object()?,
                 precondition,
+                json: None,
             },
             w => w,
         })
@@ -327,6 +334,9 @@ impl RecordText {
     /// the record's size (megabytes at 10,000 objects) was that much fresh memory to fault in
     /// and fill.
     ///
+    /// Gives the record and where `body` begins in its own fields' text (for
+    /// `Self::object_json`).
+    ///
     /// # Errors
     ///
     /// As [`Self::with_json`].
@@ -337,17 +347,31 @@ impl RecordText {
         before: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
         body: Vec<u8>,
         after: impl FnOnce(&mut Vec<u8>) -> std::result::Result<(), serde_json::Error>,
-    ) -> std::result::Result<Self, serde_json::Error> {
+    ) -> std::result::Result<(Self, usize), serde_json::Error> {
         own_field(field)?;
         let mut front = Vec::with_capacity(256);
         serde_json::to_writer(&mut front, field)?;
         front.push(b':');
         before(&mut front)?;
+        let at = front.len();
         let mut members = body;
         members.reserve(front.len() + HEAD_ROOM + 64);
         members.splice(0..0, front);
         after(&mut members)?;
-        Self::made(kind, name, members)
+        Ok((Self::made(kind, name, members)?, at))
+    }
+
+    /// The JSON of an object within this record's own fields, bytes `start..end` of them
+    /// with `metadata` closing at `meta_close` ([`ObjectJson::new`], which checks the span's
+    /// shape), shared rather than copied: for a store to write the object from
+    /// ([`Write::Put::json`]). The caller vouches that it is that object's JSON.
+    pub(crate) fn object_json(
+        &self,
+        start: usize,
+        end: usize,
+        meta_close: usize,
+    ) -> Option<ObjectJson> {
+        ObjectJson::new(self.members.clone(), start, end, meta_close)
     }
 
     /// The record of `kind`/`name` whose own fields are `members` (JSON object members,
@@ -987,6 +1011,101 @@ impl Stamp {
         // Maps of JSON values always serialize.
         serde_json::to_string(&Top(object.as_map(), self)).unwrap_or_default()
     }
+
+    /// [`Self::text`] of `object` (the same bytes), made from `json`, the object's JSON made
+    /// already: the store's fields put in front of the brace that closes `metadata`, when the
+    /// mapping has none of them (a declared object never does); else [`Self::text`].
+    pub fn text_from(&self, object: &Object, json: &ObjectJson) -> String {
+        let meta = object.metadata();
+        let set = ["resourceVersion", "generation", "creationTimestamp"];
+        if set
+            .iter()
+            .any(|f| crate::object::field_of(meta, f).is_some())
+        {
+            return self.text(object);
+        }
+        let text = json.text.as_str();
+        let (before, after) = (
+            &text[json.start..json.meta_close],
+            &text[json.meta_close..json.end],
+        );
+        let mut out = Vec::with_capacity(json.end - json.start + 96);
+        out.extend_from_slice(before.as_bytes());
+        // `"name":value`, each after a comma unless first in an empty mapping.
+        fn field(out: &mut Vec<u8>, first: &mut bool, name: &str, value: &impl serde::Serialize) {
+            if !std::mem::take(first) {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+            // A string, a number or a JSON value always serializes.
+            let _ = serde_json::to_writer(&mut *out, value);
+        }
+        let mut first = before.ends_with('{');
+        if let Some(rv) = self.resource_version {
+            field(&mut out, &mut first, "resourceVersion", &rv.to_string());
+        }
+        field(&mut out, &mut first, "generation", &self.generation);
+        field(&mut out, &mut first, "creationTimestamp", &self.created);
+        out.extend_from_slice(after.as_bytes());
+        // Text around the JSON of a string, a number and a JSON value: UTF-8.
+        String::from_utf8(out).unwrap_or_else(|_| self.text(object))
+    }
+}
+
+/// An object's compact JSON made already, a span of a shared text (the new inventory
+/// record's, whose entries are the desired set's objects as its digest wrote them, issue 18),
+/// with where its `metadata` mapping closes: what [`Stamp::text_from`] puts a store's fields
+/// into instead of serializing the object again. Serializing each created object took the
+/// thread that makes SQLite's rows 35 ms of a cold sync of 10,000 objects, longer than the
+/// inserts it feeds.
+#[derive(Clone)]
+pub struct ObjectJson {
+    text: Arc<String>,
+    start: usize,
+    end: usize,
+    /// The byte of `text` that closes `metadata` (`}`), within `start..end`.
+    meta_close: usize,
+}
+
+impl fmt::Debug for ObjectJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The span only: the text may hold a Secret's data.
+        f.debug_struct("ObjectJson")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectJson {
+    /// The span `start..end` of `text`, an object's JSON whose `metadata` mapping closes at
+    /// `meta_close` (as [`Object::write_json_marked`] gives it, offset alike). `None` when
+    /// that does not hold of the text: out of bounds, not at character boundaries, or no `}`
+    /// at `meta_close`. The caller vouches that the span is the JSON of the object it goes
+    /// with ([`Write::Put::json`]).
+    pub(crate) fn new(
+        text: Arc<String>,
+        start: usize,
+        end: usize,
+        meta_close: usize,
+    ) -> Option<Self> {
+        let fits = start < meta_close
+            && meta_close + 1 < end
+            && end <= text.len()
+            && text.is_char_boundary(start)
+            && text.is_char_boundary(end)
+            && text.as_bytes()[meta_close] == b'}'
+            && text.as_bytes()[start] == b'{'
+            && text.as_bytes()[end - 1] == b'}';
+        fits.then_some(ObjectJson {
+            text,
+            start,
+            end,
+            meta_close,
+        })
+    }
 }
 
 /// An object as a store wrote it ([`Committed::stored`]): either the stored object itself, or
@@ -1306,6 +1425,74 @@ mod tests {
                 assert_eq!(Value::from(object.clone()), case);
             }
         }
+    }
+
+    /// A stamp put into an object's JSON made already is the same text, byte for byte, as the
+    /// object serialized with it: with and without a resourceVersion, with store fields in the
+    /// metadata already (then serialized), with text to escape, and at an offset of a longer
+    /// text shared with others.
+    #[test]
+    fn a_stamp_put_into_json_made_already_is_the_stamp_written_as_text() {
+        let cases = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}}),
+            json!({"metadata": {"name": "a\"\u{e9}\n", "labels": {"x/y": "}{"}}, "apiVersion": "v1", "kind": "ConfigMap"}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"creationTimestamp": "x", "name": "a", "resourceVersion": "3"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "generation": 2}, "data": {"metadata": "}"}}),
+        ];
+        let objects: Vec<Object> = cases.iter().map(|c| obj(c.clone())).collect();
+        let mut text = b"[junk,".to_vec();
+        let mut spans = Vec::new();
+        for o in &objects {
+            let start = text.len();
+            let close = o.write_json_marked(&mut text).unwrap().unwrap();
+            spans.push((start, text.len(), close));
+            text.push(b',');
+        }
+        let text = Arc::new(String::from_utf8(text).unwrap());
+        for (o, (start, end, close)) in objects.iter().zip(spans) {
+            assert_eq!(
+                &text[start..end],
+                o.to_json(),
+                "the same bytes as write_json"
+            );
+            let json = ObjectJson::new(text.clone(), start, end, close).unwrap();
+            for (rv, created) in [
+                (Some(12), json!("2026-12-03T00:00:00Z")),
+                (None, json!("t\"")),
+            ] {
+                let stamp = Stamp {
+                    resource_version: rv,
+                    generation: 4,
+                    created,
+                };
+                assert_eq!(stamp.text_from(o, &json), stamp.text(o), "{o:?} {rv:?}");
+            }
+        }
+    }
+
+    /// A span that is not an object's JSON with its metadata's closing brace is refused: out
+    /// of bounds, inside a character, the brace elsewhere.
+    #[test]
+    fn json_made_already_is_refused_unless_it_is_shaped_as_given() {
+        let text = Arc::new("{\"metadata\":{\"name\":\"\u{e9}\"}}".to_string());
+        let close = text.len() - 2;
+        assert!(ObjectJson::new(text.clone(), 0, text.len(), close).is_some());
+        for (start, end, close) in [
+            (0, text.len() + 1, close),
+            (0, text.len(), close - 1),
+            (1, text.len(), close),
+            (0, text.len() - 1, close),
+            (0, text.len(), text.len() - 1),
+            (0, text.len(), 0),
+        ] {
+            assert!(
+                ObjectJson::new(text.clone(), start, end, close).is_none(),
+                "{start}..{end} at {close}"
+            );
+        }
+        // Its debug form shows no text (a Secret's data may be in it).
+        let shown = format!("{:?}", ObjectJson::new(text.clone(), 0, text.len(), close));
+        assert!(!shown.contains("name"), "{shown}");
     }
 
     fn obj(v: Value) -> Object {

@@ -516,9 +516,13 @@ fn commit_blocking(
         Write::Put {
             object,
             precondition: Precondition::Absent,
+            json,
         } if !key.is_reserved() => {
             let stamp = stamp_of(None, &object, Some(revision));
-            let body = stamp.text(&object);
+            let body = match &json {
+                Some(json) => stamp.text_from(&object, json),
+                None => stamp.text(&object),
+            };
             Prepared::Create {
                 key,
                 object,
@@ -724,6 +728,7 @@ fn commit_writes(
                     Write::Put {
                         object,
                         precondition,
+                        ..
                     } if key.is_reserved() => {
                         // A record: its old metadata only, read by SQLite from the text.
                         let (rev, meta) = record_meta(tx, &key, heads)?;
@@ -736,12 +741,16 @@ fn commit_writes(
                     Write::Put {
                         object,
                         precondition,
+                        json,
                     } => {
                         let old = read_one(tx, &key)?;
                         precondition.check(&key, old.as_ref())?;
                         // Written from the object in place: no stamped copy of it is built.
                         let stamp = stamp_of(old.as_ref(), &object, Some(revision));
-                        let body = stamp.text(&object);
+                        let body = match &json {
+                            Some(json) => stamp.text_from(&object, json),
+                            None => stamp.text(&object),
+                        };
                         (Stored::stamped(object, stamp), body)
                     }
                 };
@@ -1523,6 +1532,7 @@ mod tests {
             }))
             .unwrap(),
             precondition: Precondition::Absent,
+            json: None,
         }
     }
 
@@ -1818,6 +1828,7 @@ mod tests {
             }))
             .unwrap(),
             precondition: Precondition::Absent,
+            json: None,
         }
     }
 

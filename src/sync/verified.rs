@@ -194,15 +194,15 @@ enum Ahead {
     /// Being made.
     #[default]
     Making,
-    Made(Vec<u8>),
+    Made(AheadText),
     /// Taken, or given up (the thread ended without it).
     Gone,
 }
 
 impl EntriesAhead {
     /// The text, once made (waited for while it is being made): the objects' compact JSON in
-    /// key order, joined by commas. `None` when taken already or given up.
-    pub async fn take(&self) -> Option<Vec<u8>> {
+    /// key order, joined by commas, and where each is. `None` when taken already or given up.
+    pub async fn take(&self) -> Option<AheadText> {
         loop {
             // Registered before the look: a `put` between the two still wakes it.
             let done = self.0.done.notified();
@@ -218,9 +218,9 @@ impl EntriesAhead {
         }
     }
 
-    /// Leaves `json` (what [`desired_digest_ahead`] makes) for the sync.
-    pub(crate) fn put(&self, json: Vec<u8>) {
-        self.end(Ahead::Made(json));
+    /// Leaves `text` (what [`desired_digest_ahead`] makes) for the sync.
+    pub(crate) fn put(&self, text: AheadText) {
+        self.end(Ahead::Made(text));
     }
 
     /// Says it will not be made: a waiting sync makes the text itself.
@@ -237,6 +237,28 @@ impl EntriesAhead {
         }
         self.0.done.notify_waiters();
     }
+}
+
+/// What [`EntriesAhead`] holds: the desired set's objects as JSON, and where each one is.
+#[derive(Debug, Default, PartialEq)]
+pub struct AheadText {
+    /// The objects' compact JSON ([`Object::write_json`]) in key order, joined by commas.
+    pub json: Vec<u8>,
+    /// Where each object's text is in `json`, in the same order: one per object, or none at
+    /// all (`json` past 4 GiB).
+    pub spans: Vec<EntrySpan>,
+}
+
+/// Where one object's JSON is in [`AheadText::json`]: bytes `start..end`, and the byte that
+/// closes its `metadata` mapping ([`Object::write_json_marked`]), if it has one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EntrySpan {
+    /// The first byte (`{`).
+    pub start: u32,
+    /// One past the last byte (`}`).
+    pub end: u32,
+    /// The `}` that closes `metadata`.
+    pub meta_close: Option<u32>,
 }
 
 /// Gives the text up when dropped before it was left (the thread that makes it panicked).
@@ -270,6 +292,8 @@ fn digest_on_all_cores(
 ) -> String {
     let mut h = digest_head(settings);
     let mut json: Vec<u8> = Vec::new();
+    let mut spans = Vec::with_capacity(if keep.is_some() { desired.len() } else { 0 });
+    let mut spans_kept = true;
     let mut failed = false;
     let objects: Vec<&Object> = desired.values().collect();
     crate::par::map_batched(
@@ -279,22 +303,40 @@ fn digest_on_all_cores(
         256,
         |part| {
             let mut text = Vec::new();
+            // Where each ends, and where its metadata closes (kept for the sync's writes).
             let mut ends = Vec::with_capacity(part.len());
             for (i, o) in part.iter().enumerate() {
                 if i > 0 {
                     text.push(b',');
                 }
-                o.write_json(&mut text).ok()?;
-                ends.push(text.len());
+                let meta_close = if keep.is_some() {
+                    o.write_json_marked(&mut text).ok()?
+                } else {
+                    o.write_json(&mut text).ok()?;
+                    None
+                };
+                ends.push((text.len(), meta_close));
             }
             Some((text, ends))
         },
         |made| match made {
             Some((text, ends)) if !failed => {
+                let base = json.len() + usize::from(!json.is_empty());
                 let mut start = 0;
-                for end in ends {
+                for (end, meta_close) in ends {
                     h.update(&text[start..end]);
                     h.update([0]);
+                    if keep.is_some() {
+                        let at = |i: usize| u32::try_from(base + i).ok();
+                        match (at(start), at(end)) {
+                            (Some(start), Some(end)) if spans_kept => spans.push(EntrySpan {
+                                start,
+                                end,
+                                meta_close: meta_close.and_then(at),
+                            }),
+                            _ => spans_kept = false,
+                        }
+                    }
                     start = end + 1;
                 }
                 if keep.is_some() {
@@ -312,7 +354,10 @@ fn digest_on_all_cores(
         return desired_digest_here(desired, settings);
     }
     if let Some(keep) = keep {
-        keep.put(json);
+        if !spans_kept {
+            spans = Vec::new();
+        }
+        keep.put(AheadText { json, spans });
     }
     hex(h)
 }
@@ -347,9 +392,12 @@ mod tests {
         let left = ahead.clone();
         let maker = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            left.put(b"{}".to_vec());
+            left.put(AheadText {
+                json: b"{}".to_vec(),
+                spans: Vec::new(),
+            });
         });
-        assert_eq!(ahead.take().await.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(ahead.take().await.map(|t| t.json), Some(b"{}".to_vec()));
         assert_eq!(ahead.take().await, None, "taken once");
         maker.join().unwrap();
 

@@ -16,6 +16,7 @@ pub fn put(o: Object, p: Precondition) -> Write {
     Write::Put {
         object: o,
         precondition: p,
+        json: None,
     }
 }
 

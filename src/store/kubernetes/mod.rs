@@ -922,9 +922,11 @@ impl Store for KubeStore {
                     .map(|w| async move {
                         self.check_fence()?;
                         match w {
+                            // The JSON made already is not what server-side apply sends.
                             Write::Put {
                                 object,
                                 precondition,
+                                ..
                             } => {
                                 let stored = self.put(object, precondition).await?;
                                 let rv = stored.resource_version();
