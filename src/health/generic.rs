@@ -153,7 +153,8 @@ impl StatusKinds {
 
     /// Whether `group`/`kind` is known to have a status subresource.
     pub fn contains(&self, group: &str, kind: &str) -> bool {
-        self.with.contains(&(group.to_string(), kind.to_string()))
+        // Asked of every object without a status: no copies of its kind to find none.
+        !self.with.is_empty() && self.with.contains(&(group.to_string(), kind.to_string()))
     }
 
     /// Whether a CRD of `group`/`kind` was seen (with a status subresource or without).
@@ -605,7 +606,11 @@ fn say(c: &Map<String, Value>) -> String {
 /// `stageStatus`, the Zalando operator's `PostgresClusterStatus`), but not `desiredState`.
 fn words(status: &Value) -> Vec<(String, &str)> {
     let mut out = Vec::new();
-    if let Some(s) = status.pointer("/health/status").and_then(Value::as_str) {
+    if let Some(s) = status
+        .get("health")
+        .and_then(|h| h.get("status"))
+        .and_then(Value::as_str)
+    {
         out.push(("status.health.status".to_string(), s));
     }
     for (k, v) in status.as_object().into_iter().flatten() {
@@ -808,6 +813,11 @@ pub(super) fn assess(obj: &Live, status_kinds: &StatusKinds) -> Assessment {
     let status = obj.get("status").filter(|s| s.is_object());
     let has_status = status.is_some_and(|s| s.as_object().is_some_and(|m| !m.is_empty()));
     let status = status.unwrap_or(&empty);
+    if !has_status {
+        // Nothing in status to go by (a ConfigMap, a Secret: most declared objects), and so no
+        // conditions: 2 to 6 read only those, and find nothing.
+        return no_status(obj, status_kinds);
+    }
     let words = words(status);
     for c in &conds {
         if matches!(cstr(c, "type"), "Paused" | "Suspended") && cond_status(c) == "True" {
@@ -943,15 +953,21 @@ pub(super) fn assess(obj: &Live, status_kinds: &StatusKinds) -> Assessment {
     if healthy_flag == Some(true) || ready_flag == Some(true) {
         return new(Health::Healthy, "status says ready".to_string());
     }
+    // 8. Nothing to go by.
+    new(Health::Healthy, String::new())
+}
+
+/// Steps 7 and 8 of [`assess`], for an object whose `status` is absent or empty.
+fn no_status(obj: &Live, status_kinds: &StatusKinds) -> Assessment {
     // 7. No status yet.
-    if !has_status && status_kinds.contains(obj.group(), obj.kind()) {
-        return new(
+    if status_kinds.contains(obj.group(), obj.kind()) {
+        return Assessment::new(
             Health::Progressing,
             "waiting for the controller to report a status".to_string(),
         );
     }
     // 8. Nothing to go by.
-    new(Health::Healthy, String::new())
+    Assessment::new(Health::Healthy, String::new())
 }
 
 #[cfg(test)]
@@ -959,6 +975,56 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    /// Without a status to go by (none, an empty one, one that is not a mapping), only the
+    /// spec's flags and the kind's status subresource decide: suspended, waiting for its
+    /// controller, or healthy with nothing said (replicas in the spec count nothing).
+    #[test]
+    fn an_object_without_a_status_is_judged_by_its_spec_and_kind_alone() {
+        let crd = Object::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "names": {"kind": "Widget"},
+                     "versions": [{"name": "v1", "subresources": {"status": {}}}]},
+        }))
+        .unwrap();
+        let kinds = StatusKinds::from_objects([&crd]);
+        let judge = |kind: &str, rest: Value, kinds: &StatusKinds| {
+            let mut v = json!({"apiVersion": "example.com/v1", "kind": kind,
+                               "metadata": {"name": "w", "generation": 2}});
+            for (k, x) in rest.as_object().unwrap() {
+                v[k] = x.clone();
+            }
+            let a = assess(&Live::of(&Object::from_value(v).unwrap()), kinds);
+            (a.health, a.message)
+        };
+        let waiting = (
+            Health::Progressing,
+            "waiting for the controller to report a status".to_string(),
+        );
+        let nothing = (Health::Healthy, String::new());
+        for status in [
+            json!({}),
+            json!({"status": {}}),
+            json!({"status": "Running"}),
+        ] {
+            assert_eq!(judge("Widget", status.clone(), &kinds), waiting, "{status}");
+            assert_eq!(judge("Gadget", status.clone(), &kinds), nothing, "{status}");
+            assert_eq!(
+                judge("Widget", status.clone(), &StatusKinds::none()),
+                nothing,
+                "{status}"
+            );
+        }
+        assert_eq!(
+            judge("Gadget", json!({"spec": {"replicas": 3}}), &kinds),
+            nothing
+        );
+        assert_eq!(
+            judge("Widget", json!({"spec": {"suspend": true}}), &kinds),
+            (Health::Suspended, "spec.suspend is true".to_string())
+        );
+    }
 
     fn assess_status(status: Value) -> Assessment {
         let obj = Object::from_value(json!({
