@@ -188,6 +188,32 @@ fn a_no_op_resync_writes_nothing() {
     );
 }
 
+/// The status lists what the app declares: a no-op resync (every object skipped, known as
+/// declared) keeps each one's entry; a pruned object's entry goes, a new one's comes.
+#[test]
+fn the_status_keeps_the_objects_a_resync_skips_and_drops_the_pruned_ones() {
+    let env = Env::new();
+    let names = |env: &Env| -> Vec<String> {
+        env.status()["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("{} {}", r["name"].as_str().unwrap(), r["sync"]))
+            .collect()
+    };
+    sync_ok(&env);
+    sync_ok(&env);
+    assert_eq!(names(&env), ["a \"Synced\"", "b \"Synced\""]);
+    env.repo.remove("app/a.yaml");
+    env.repo.write("app/c.yaml", configmap("c", &[("k", "1")]));
+    env.repo.commit("a pruned, c added");
+    sync_ok(&env);
+    assert!(env.get("configmap", "a").is_none(), "pruned");
+    assert_eq!(names(&env), ["b \"Synced\"", "c \"Synced\""]);
+    sync_ok(&env);
+    assert_eq!(names(&env), ["b \"Synced\"", "c \"Synced\""]);
+}
+
 #[test]
 fn an_out_of_band_change_is_reverted_by_the_change_feed() {
     let env = Env::new();
@@ -814,8 +840,10 @@ fn an_agent_of_one_app_allocates_from_one_malloc_arena() {
     let env = Env::new();
     let count = |vars: &[(&str, &str)]| {
         let agent = env.agent_with_env(vars);
+        // Started (its signals handled) as well as synced: the second agent finds the object
+        // of the first there, and a SIGTERM before it listens ended it unannounced.
         env.wait("first sync", Duration::from_secs(30), || {
-            env.get("configmap", "a").is_some()
+            env.get("configmap", "a").is_some() && env.log().contains("Agent started")
         });
         let heaps = malloc_heaps(agent.pid());
         let (code, log) = agent.stop();
