@@ -718,7 +718,7 @@ pub struct Verified {
     /// The inventory record's resourceVersion the entries hold for (`None`: none yet).
     pub inventory_rv: Option<u64>,
     /// Object → the live resourceVersion it was found as declared at.
-    pub entries: std::collections::HashMap<ObjectKey, u64>,
+    pub entries: crate::object::KeyMap<u64>,
 }
 
 impl Verified {
@@ -728,9 +728,13 @@ impl Verified {
             self.entries.clear();
         }
         self.inventory_rv = update.inventory_rv;
-        for k in update.moved {
-            self.entries.remove(&k);
+        // None to remove from an empty map (a cold sync moves them all): none hashed.
+        if !self.entries.is_empty() {
+            for k in update.moved {
+                self.entries.remove(&k);
+            }
         }
+        self.entries.reserve(update.found.len());
         self.entries.extend(update.found);
     }
 
@@ -1005,7 +1009,7 @@ async fn attempt_sync(
             && v.inventory_rv.is_some()
             && v.inventory_rv == inventory.resource_version
     });
-    let mut still: HashSet<&ObjectKey> = HashSet::new();
+    let mut still: HashSet<&ObjectKey, crate::object::KeyHasher> = HashSet::default();
     if let Some(v) = usable {
         let (candidates, seen_at): (Vec<&ObjectKey>, Vec<u64>) = desired
             .keys()

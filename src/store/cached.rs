@@ -41,7 +41,7 @@ struct Fact {
 
 #[derive(Debug, Default)]
 struct State {
-    known: HashMap<ObjectKey, Fact>,
+    known: crate::object::KeyMap<Fact>,
     /// Bumped by a relist: a read begun before it is not remembered.
     generation: u64,
 }

@@ -1264,12 +1264,15 @@ pub(crate) fn check_distinct(writes: &[Write]) -> Result<Vec<ObjectKey>> {
 }
 
 /// The keys of a transaction's writes seen so far ([`check_distinct`], one write at a time).
-pub(crate) struct Distinct(std::collections::HashSet<ObjectKey>);
+pub(crate) struct Distinct(crate::object::KeySet);
 
 impl Distinct {
     /// None seen yet, with room for `n` keys.
     pub(crate) fn with_capacity(n: usize) -> Self {
-        Distinct(std::collections::HashSet::with_capacity(n))
+        Distinct(crate::object::KeySet::with_capacity_and_hasher(
+            n,
+            Default::default(),
+        ))
     }
 
     /// `write`'s key, or the conflict of a second write of a key.
