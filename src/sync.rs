@@ -1317,11 +1317,19 @@ async fn attempt_sync(
     // what was retained (the desired set does not change) minus what is gone.
     let retained_after = |entries: &BTreeMap<ObjectKey, Object>| -> BTreeSet<ObjectKey> {
         match req.scope {
-            None => entries
-                .keys()
-                .filter(|k| !desired.contains_key(*k))
-                .cloned()
-                .collect(),
+            // One walk of both in key order, not a search of `desired` per entry (10,000
+            // searches were a tenth of the thread of a cold sync).
+            None => {
+                let mut declared = desired.keys().copied().peekable();
+                entries
+                    .keys()
+                    .filter(|k| {
+                        while declared.next_if(|d| *d < *k).is_some() {}
+                        declared.peek() != Some(k)
+                    })
+                    .cloned()
+                    .collect()
+            }
             Some(_) => inventory
                 .retained
                 .iter()
