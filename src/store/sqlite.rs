@@ -656,6 +656,7 @@ fn commit_writes(
     // the SQL text twice per object.
     let mut create_stmt = tx.prepare_cached(CREATE_SQL).map_err(backend("commit"))?;
     let mut replace_stmt = tx.prepare_cached(REPLACE_SQL).map_err(backend("commit"))?;
+    let mut creates = Creates::new(tx)?;
     let mut log = ChangeLog::new(tx)?;
     for w in writes {
         let (key, create, new, body) = match w? {
@@ -757,6 +758,19 @@ fn commit_writes(
                 (key, false, new, Body::Text(body))
             }
         };
+        let body = match body {
+            // An object's create: inserted with others, in the order given.
+            Body::Text(text) if create && text.len() < BIND_IN_PLACE => {
+                creates.add(tx, &mut create_stmt, revision, key.clone(), text)?;
+                log.record(revision, seq, &key, false)?;
+                stored.push(new.with_key(key));
+                seq += 1;
+                continue;
+            }
+            body => body,
+        };
+        // What is waiting goes first: every write takes effect in the order given.
+        creates.flush(tx, &mut create_stmt, revision)?;
         let (insert, stmt) = if create {
             (CREATE_SQL, &mut create_stmt)
         } else {
@@ -803,8 +817,120 @@ fn commit_writes(
         stored.push(new.with_key(key));
         seq += 1;
     }
+    creates.flush(tx, &mut create_stmt, revision)?;
     log.finish(tx, revision)?;
     Ok((stored, seq, written))
+}
+
+/// Objects created per insert statement ([`Creates`]).
+const CREATES_PER_INSERT: usize = 64;
+
+/// Creates inserted [`CREATES_PER_INSERT`] rows to a statement (`INSERT ... VALUES (...),
+/// (...)`), the rest one by one. Within one statement SQLite keeps its cursor on the index
+/// between rows, and a key past the last one (a sync's creates come in key order) is placed
+/// without a search from the root (`sqlite3BtreeIndexMoveto`'s check of the last page):
+/// one statement per object spent half of each insert comparing keys on the way down the
+/// index, and the inserting thread bounds a cold sync's commit. A key already there fails the
+/// whole statement (none of its rows stay), which is then told as that key's conflict.
+struct Creates<'t> {
+    many: rusqlite::CachedStatement<'t>,
+    waiting: Vec<(ObjectKey, String)>,
+}
+
+impl<'t> Creates<'t> {
+    fn new(tx: &'t rusqlite::Transaction<'_>) -> Result<Self> {
+        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = SQL.get_or_init(|| {
+            let row = "(?, ?, ?, ?, ?, ?)";
+            format!(
+                "INSERT INTO objects (grp, kind, ns, name, rev, body) VALUES {}",
+                vec![row; CREATES_PER_INSERT].join(", ")
+            )
+        });
+        Ok(Creates {
+            many: tx.prepare_cached(sql).map_err(backend("commit"))?,
+            waiting: Vec::with_capacity(CREATES_PER_INSERT),
+        })
+    }
+
+    /// Adds the create of `key` with its text; inserts the waiting ones once there are enough.
+    fn add(
+        &mut self,
+        tx: &rusqlite::Transaction<'_>,
+        one: &mut rusqlite::CachedStatement<'_>,
+        revision: u64,
+        key: ObjectKey,
+        text: String,
+    ) -> Result<()> {
+        self.waiting.push((key, text));
+        if self.waiting.len() == CREATES_PER_INSERT {
+            self.flush(tx, one, revision)?;
+        }
+        Ok(())
+    }
+
+    /// Inserts the waiting creates: a full set in one statement, fewer one by one (`one`:
+    /// the single-row insert, [`CREATE_SQL`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] naming a key already there ([`Precondition::Absent`]); the
+    /// backend's error otherwise.
+    fn flush(
+        &mut self,
+        tx: &rusqlite::Transaction<'_>,
+        one: &mut rusqlite::CachedStatement<'_>,
+        revision: u64,
+    ) -> Result<()> {
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        let rev = revision as i64;
+        // The keys that may have failed: a failed statement leaves none of its rows.
+        let mut tried: &[(ObjectKey, String)] = &waiting;
+        let inserted = if waiting.len() == CREATES_PER_INSERT {
+            let stmt = &mut self.many;
+            let mut bound = Ok(());
+            for (i, (key, text)) in waiting.iter().enumerate() {
+                let at = i * 6;
+                bound = bound
+                    .and_then(|()| stmt.raw_bind_parameter(at + 1, key.group()))
+                    .and_then(|()| stmt.raw_bind_parameter(at + 2, key.kind()))
+                    .and_then(|()| stmt.raw_bind_parameter(at + 3, key.namespace()))
+                    .and_then(|()| stmt.raw_bind_parameter(at + 4, key.name()))
+                    .and_then(|()| stmt.raw_bind_parameter(at + 5, rev))
+                    .and_then(|()| stmt.raw_bind_parameter(at + 6, text.as_str()));
+            }
+            bound.and_then(|()| stmt.raw_execute()).map(|_| ())
+        } else {
+            waiting.iter().enumerate().try_for_each(|(i, (key, text))| {
+                tried = &waiting[i..=i];
+                one.execute(params![
+                    key.group(),
+                    key.kind(),
+                    key.namespace(),
+                    key.name(),
+                    rev,
+                    text
+                ])
+                .map(|_| ())
+            })
+        };
+        if let Err(e) = inserted {
+            if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
+                // Created by someone else since the caller looked: that key's conflict.
+                for (key, _) in tried {
+                    Precondition::Absent.check_version(key, read_rev(tx, key, "commit")?)?;
+                }
+            }
+            return Err(backend("commit")(e));
+        }
+        // The buffer kept for the next ones.
+        self.waiting = waiting;
+        self.waiting.clear();
+        Ok(())
+    }
 }
 
 /// Bodies of this many bytes or more are bound in place ([`insert_in_place`]); smaller ones go
@@ -1533,6 +1659,79 @@ mod tests {
             .unwrap(),
             precondition: Precondition::Absent,
             json: None,
+        }
+    }
+
+    /// Creates go into the table many to a statement: across its boundaries (64), with a
+    /// write of another kind between them, every write is stored and logged in the order
+    /// given; a key already there, in the first or a later full statement or among the last
+    /// few, fails the commit naming that key, and nothing of it is stored.
+    #[tokio::test]
+    async fn creates_inserted_many_to_a_statement_keep_order_and_name_a_conflict() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db"), Options::default()).unwrap();
+        store.commit(vec![config_map(100, 1)]).await.unwrap();
+        let mut writes: Vec<Write> = (0..200)
+            .filter(|i| *i != 100)
+            .map(|i| config_map(i, 3))
+            .collect();
+        // Between the creates: a replace of the object there.
+        let Write::Put { object, .. } = config_map(100, 5) else {
+            unreachable!()
+        };
+        writes.insert(
+            130,
+            Write::Put {
+                object,
+                precondition: Precondition::Any,
+                json: None,
+            },
+        );
+        let order: Vec<ObjectKey> = writes.iter().map(Write::key).collect();
+        let committed = store.commit(writes).await.unwrap();
+        let stored: Vec<ObjectKey> = committed.stored.iter().map(Stored::key).collect();
+        assert_eq!(stored, order);
+        let logged: Vec<String> = changes_after(&store, committed.revision - 1)
+            .await
+            .into_iter()
+            .map(|(_, name, _)| name)
+            .collect();
+        let names: Vec<String> = order.iter().map(|k| k.name().to_string()).collect();
+        assert_eq!(logged, names, "logged in the order written");
+        for key in &order {
+            let o = store.get(key).await.unwrap().unwrap();
+            let size = if key.name() == "c00100" { 5 } else { 3 };
+            assert_eq!(
+                o.get("data"),
+                Some(&json!({"v": "x".repeat(size)})),
+                "{key}"
+            );
+        }
+
+        for there in [10, 70, 198] {
+            let before = store.revision().await.unwrap();
+            let mut writes: Vec<Write> = (300..500).map(|i| config_map(i, 3)).collect();
+            writes[there] = config_map(there, 3);
+            let err = store.commit(writes).await.unwrap_err();
+            assert!(
+                matches!(&err, Error::Conflict { key, .. } if key.name() == format!("c{there:05}")),
+                "{there}: {err}"
+            );
+            assert_eq!(store.revision().await.unwrap(), before);
+            assert!(
+                store
+                    .get(&config_map(300, 0).key())
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            assert!(
+                store
+                    .get(&config_map(499, 0).key())
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
         }
     }
 
