@@ -1603,8 +1603,17 @@ impl App {
         // the store's `metadata.generation` in place of the object's; custom rules get the
         // object with the store's metadata set (a copy made per object, dropped once judged).
         let custom = !self.health_rules.is_empty();
-        let judge = |(step, sync_status, message): &Judged<'_>| {
-            let stored = outcome.live.get(&step.key);
+        // What each judged object is stored and declared as, found in one walk of each map.
+        let (mut stored, mut declared) = (
+            crate::object::InOrder::new(&outcome.live),
+            crate::object::InOrder::new(&in_force.desired),
+        );
+        let judged: Vec<Found<'_>> = judged
+            .into_iter()
+            .map(|j| (stored.get(&j.0.key), declared.get(&j.0.key), j))
+            .collect();
+        let judge = |(stored, declared, (step, sync_status, message)): &Found<'_>| {
+            let stored = *stored;
             let health = match stored {
                 Some(s) if !custom => {
                     health::assess_builtin_at(s.unstamped(), s.generation(), &status_kinds)
@@ -1615,7 +1624,9 @@ impl App {
                     &status_kinds,
                 ),
             };
-            let version = version_of(&step.key, stored.map(|s| s.unstamped()));
+            let version = declared
+                .or(stored.map(|s| s.unstamped()))
+                .map_or(String::new(), |o| o.version().to_string());
             // Shared from here on: the status keeps this one (no second copy of 100,000
             // of them next to the list they were judged into).
             let r = resource(&step.key, version, *sync_status, health, message.clone());
@@ -2212,6 +2223,13 @@ fn first_fields(step: &crate::diff::Step) -> String {
 
 /// A planned step whose resource status is still to judge: its sync status and message.
 type Judged<'a> = (&'a crate::diff::Step, SyncStatus, Option<String>);
+
+/// A judged step with its object as stored and as declared.
+type Found<'a> = (
+    Option<&'a crate::store::Stored>,
+    Option<&'a Object>,
+    Judged<'a>,
+);
 
 pub(super) fn resource(
     key: &ObjectKey,
