@@ -521,6 +521,18 @@ async fn check_get_many(b: &Backend) {
         assert_eq!(o.get("data").unwrap()["i"], json!(i.to_string()), "{name}");
         assert_eq!(&o.key(), k, "{name}");
     }
+    // Asked out of order (in one run of the group, then between keys of another namespace),
+    // one key twice: the same.
+    let mut shuffled: Vec<ObjectKey> = asked.iter().rev().cloned().collect();
+    for (n, k) in asked.iter().rev().enumerate() {
+        shuffled.push(k.clone());
+        if n % 3 == 0 {
+            shuffled.push(ObjectKey::new("", "ConfigMap", "elsewhere", k.name()));
+        }
+    }
+    shuffled.push(key(4));
+    let again = s.get_many(&shuffled).await.unwrap();
+    assert_eq!(again.objects, many.objects, "{name}");
 }
 
 #[tokio::test]

@@ -1481,15 +1481,23 @@ impl Store for SqliteStore {
             // The bodies first, in one read transaction: by (group, kind, namespace), one
             // range scan of the key index for a large group, one lookup per key for a small
             // one. Then decoded on all cores.
-            let mut groups: HashMap<(&str, &str, &str), Vec<&ObjectKey>> = HashMap::new();
-            for k in &keys {
-                groups
-                    .entry((k.group(), k.kind(), k.namespace()))
-                    .or_default()
-                    .push(k);
+            // Keys of one (group, kind, namespace) one after another (a sync asks in key order,
+            // so each group is one run; asked in another order, a group may come as several
+            // runs, each read alone): no hash of each key to group them.
+            let mut runs: Vec<&[ObjectKey]> = Vec::new();
+            let mut start = 0;
+            for i in 1..=keys.len() {
+                let ends = i == keys.len() || {
+                    let (a, b) = (&keys[i - 1], &keys[i]);
+                    (a.group(), a.kind(), a.namespace()) != (b.group(), b.kind(), b.namespace())
+                };
+                if ends {
+                    runs.push(&keys[start..i]);
+                    start = i;
+                }
             }
             let mut bodies: Vec<(&ObjectKey, String)> = Vec::with_capacity(keys.len());
-            for ((grp, kind, ns), members) in groups {
+            for members in runs {
                 if members.len() < 32 {
                     for key in members {
                         if let Some(body) = read_body(&tx, key)? {
@@ -1498,20 +1506,29 @@ impl Store for SqliteStore {
                     }
                     continue;
                 }
-                let wanted: HashMap<&str, &ObjectKey> =
-                    members.iter().map(|k| (k.name(), *k)).collect();
+                let first = &members[0];
+                // By name, made once a row comes (none in a store without the group).
+                let mut wanted: Option<Vec<(&str, &ObjectKey)>> = None;
                 let mut stmt = tx
                     .prepare_cached(
                         "SELECT name, body FROM objects WHERE grp = ?1 AND kind = ?2 AND ns = ?3",
                     )
                     .map_err(backend("get_many"))?;
                 let mut rows = stmt
-                    .query(params![grp, kind, ns])
+                    .query(params![first.group(), first.kind(), first.namespace()])
                     .map_err(backend("get_many"))?;
                 while let Some(row) = rows.next().map_err(backend("get_many"))? {
                     let name = row.get_ref(0).map_err(backend("get_many"))?;
                     let name = name.as_str().map_err(|e| backend("get_many")(e.into()))?;
-                    if let Some(key) = wanted.get(name) {
+                    let wanted = wanted.get_or_insert_with(|| {
+                        let mut w: Vec<(&str, &ObjectKey)> =
+                            members.iter().map(|k| (k.name(), k)).collect();
+                        // Sorted already when asked in key order (then one pass).
+                        w.sort_by(|a, b| a.0.cmp(b.0));
+                        w
+                    });
+                    if let Ok(at) = wanted.binary_search_by(|(n, _)| (*n).cmp(name)) {
+                        let key = wanted[at].1;
                         let body = row.get_ref(1).map_err(backend("get_many"))?;
                         bodies.push((key, body_text(key, body)?));
                     }
