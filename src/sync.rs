@@ -1146,7 +1146,13 @@ async fn attempt_sync(
     // What this sync changes in the inventory: the writes, and the new entries.
     let mut writes = Vec::new();
     let mut updates: Vec<(ObjectKey, Option<Object>)> = Vec::new();
-    for step in &mut plan.steps {
+    // The steps come in key order: each declaration found in one walk of the set (made
+    // before the loop, which awaits the store: a walk held across it is not `Send`).
+    let declarations: Vec<Option<&Object>> = {
+        let mut at = crate::object::InOrder::new(&desired);
+        plan.steps.iter().map(|s| at.get(&s.key).copied()).collect()
+    };
+    for (step, declaration) in plan.steps.iter_mut().zip(declarations) {
         match step.action {
             Action::Create | Action::Update if req.hold.is_some_and(|h| h.contains(&step.key)) => {
                 step.skipped = Some("held: another writer keeps changing it back".into());
@@ -1162,7 +1168,7 @@ async fn attempt_sync(
                 } else {
                     step.target.take()
                 };
-                let declared = desired[&step.key];
+                let declared = declaration.expect("a step to write is of a declared object");
                 if let Some(target) = target {
                     // Server-side apply merges the declaration itself: it gets only what Git
                     // declares, with the owning app's label.
@@ -1284,8 +1290,9 @@ async fn attempt_sync(
             .map(|k| (*k).clone())
             .collect()
     };
+    let mut live_at = crate::object::InOrder::new(&live);
     for step in &plan.steps {
-        let found = live.get(&step.key).and_then(Object::resource_version);
+        let found = live_at.get(&step.key).and_then(Object::resource_version);
         if step.action == Action::Unchanged
             && step.skipped.is_none()
             && inventory.entries.contains_key(&step.key)
