@@ -1369,31 +1369,11 @@ async fn attempt_sync(
         next
     });
     if let Some(next) = &next {
-        // The entries' text made ahead, when they are exactly the desired set's objects.
-        let ahead = match req.entries_ahead {
-            Some(a) if next.retained.is_empty() && same_objects(&next.entries, req.desired) => {
-                a.take().await
-            }
-            _ => None,
-        };
-        let record = match ahead {
-            Some(ahead) => {
-                let (record, at) = next.to_record_text_around(ahead.json)?;
-                // The objects written are written from their text in it, not serialized again.
-                lend_json(&mut writes, req.desired, &ahead.spans, &record, at);
-                record
-            }
-            None => next.to_record_text()?,
-        };
-        writes.push(Write::PutRecord {
-            record,
-            precondition: match inventory.resource_version {
-                Some(rv) => Precondition::ResourceVersion(rv),
-                None => Precondition::Absent,
-            },
-        });
+        let mut index_write = None;
         // Claims and releases go into the index in the same transaction, compared and swapped:
-        // a concurrent claimant's commit makes this one fail and plan again.
+        // a concurrent claimant's commit makes this one fail and plan again. Made before the
+        // inventory's text, which the digest's threads may still be making meanwhile; written
+        // after the inventory, as before.
         let claims_or_releases = next
             .entries
             .keys()
@@ -1436,7 +1416,7 @@ async fn attempt_sync(
                 }
             }
             if changed || index.resource_version.is_none() {
-                writes.push(Write::PutRecord {
+                index_write = Some(Write::PutRecord {
                     record: index.to_record_text()?,
                     precondition: match index.resource_version {
                         Some(rv) => Precondition::ResourceVersion(rv),
@@ -1445,6 +1425,30 @@ async fn attempt_sync(
                 });
             }
         }
+        // The entries' text made ahead, when they are exactly the desired set's objects.
+        let ahead = match req.entries_ahead {
+            Some(a) if next.retained.is_empty() && same_objects(&next.entries, req.desired) => {
+                a.take().await
+            }
+            _ => None,
+        };
+        let record = match ahead {
+            Some(ahead) => {
+                let (record, at) = next.to_record_text_around(ahead.json)?;
+                // The objects written are written from their text in it, not serialized again.
+                lend_json(&mut writes, req.desired, &ahead.spans, &record, at);
+                record
+            }
+            None => next.to_record_text()?,
+        };
+        writes.push(Write::PutRecord {
+            record,
+            precondition: match inventory.resource_version {
+                Some(rv) => Precondition::ResourceVersion(rv),
+                None => Precondition::Absent,
+            },
+        });
+        writes.extend(index_write);
     }
     // A commit the store splits (etcd beyond one transaction) can stop part way, and a crash
     // then would leave created objects no inventory lists, which nothing would ever prune. So
