@@ -239,7 +239,9 @@ pub fn assemble(
             all.push((key, declared, at, all.len()));
         }
     }
-    all.sort_by(|a, b| a.0.cmp(&b.0));
+    // Unstable, with the reading order deciding between equal keys: the stable order, with
+    // fewer moves of these large entries.
+    all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.3.cmp(&b.3)));
     let mut twice: Vec<(usize, usize, Diagnostic)> = Vec::new();
     let mut kept: Vec<(ObjectKey, Declared)> = Vec::with_capacity(all.len());
     for (key, declared, at, seq) in all {
