@@ -2682,6 +2682,35 @@ mod tests {
         );
     }
 
+    /// `desired` synced at `rev` into two fresh SQLite stores, the first given `ahead`:
+    /// (their folder, that store, the other).
+    async fn synced_with_and_without(
+        desired: &BTreeMap<ObjectKey, Object>,
+        rev: &Revision,
+        ahead: &EntriesAhead,
+    ) -> (
+        tempfile::TempDir,
+        store::sqlite::SqliteStore,
+        store::sqlite::SqliteStore,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| {
+            store::sqlite::SqliteStore::open(&dir.path().join(name), Default::default()).unwrap()
+        };
+        let (with, without) = (open("a.db"), open("b.db"));
+        sync(
+            &with,
+            &Request {
+                entries_ahead: Some(ahead),
+                ..req("app", rev, desired)
+            },
+        )
+        .await
+        .unwrap();
+        sync(&without, &req("app", rev, desired)).await.unwrap();
+        (dir, with, without)
+    }
+
     /// The entries' text made ahead by the digest's thread: the digest is the one made without
     /// it, and a full sync of exactly that set writes the text as it is (seen in the stored
     /// record's raw text: a space the sync itself would not write) and takes it; the
@@ -2711,11 +2740,6 @@ mod tests {
             assert!(made.json[..=close].ends_with(meta.as_bytes()));
         }
 
-        let dir = tempfile::tempdir().unwrap();
-        let with =
-            store::sqlite::SqliteStore::open(&dir.path().join("a.db"), Default::default()).unwrap();
-        let without =
-            store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
         // The same JSON with a space after its first colon: a text the sync did not make.
         let spaced = String::from_utf8(made.json)
             .unwrap()
@@ -2726,17 +2750,8 @@ mod tests {
             json: spaced.into_bytes(),
             spans: Vec::new(),
         });
-        sync(
-            &with,
-            &Request {
-                entries_ahead: Some(&ahead),
-                ..req("app", &rev, &desired)
-            },
-        )
-        .await
-        .unwrap();
+        let (_dir, with, without) = synced_with_and_without(&desired, &rev, &ahead).await;
         assert!(ahead.take().await.is_none(), "the sync took the text");
-        sync(&without, &req("app", &rev, &desired)).await.unwrap();
         let key = Inventory::record_key("app");
         let (text, _) = with.get_json(&key).await.unwrap().unwrap();
         assert!(
@@ -2770,23 +2785,9 @@ mod tests {
             .insert("labels".into(), json!({"a/b": "}{"}));
         let desired = set(&objects);
         let rev = Revision("r1".into());
-        let dir = tempfile::tempdir().unwrap();
-        let with =
-            store::sqlite::SqliteStore::open(&dir.path().join("a.db"), Default::default()).unwrap();
-        let without =
-            store::sqlite::SqliteStore::open(&dir.path().join("b.db"), Default::default()).unwrap();
         let ahead = EntriesAhead::default();
         desired_digest_ahead(&desired, "settings", &ahead);
-        sync(
-            &with,
-            &Request {
-                entries_ahead: Some(&ahead),
-                ..req("app", &rev, &desired)
-            },
-        )
-        .await
-        .unwrap();
-        sync(&without, &req("app", &rev, &desired)).await.unwrap();
+        let (_dir, with, without) = synced_with_and_without(&desired, &rev, &ahead).await;
         // The time of creation aside (the two syncs may be a second apart).
         let unstamped = |text: String| {
             let at = text.find("\"creationTimestamp\":\"").unwrap() + 21;
