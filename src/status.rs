@@ -362,7 +362,7 @@ impl AppStatus {
     }
 
     /// This status's JSON (the same text as serde's), its resources made on all cores
-    /// ([`crate::par::map_batched`]): the rest is serialized with no resources and no
+    /// ([`crate::par::write_joined`]): the rest is serialized with no resources and no
     /// diagnostics, the last two fields, which then go in place of the empty ones.
     fn write_json_on_all_cores(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
         const EMPTY_TAIL: &[u8] = b",\"resources\":[],\"diagnostics\":[]}";
@@ -388,37 +388,9 @@ impl AppStatus {
         }
         out.truncate(out.len() - EMPTY_TAIL.len());
         out.extend_from_slice(b",\"resources\":[");
-        let mut first = true;
-        let mut failed = None;
-        crate::par::map_batched(
-            "status text",
-            &self.resources,
-            4096,
-            256,
-            |part| {
-                let mut text = Vec::new();
-                for (i, r) in part.iter().enumerate() {
-                    if i > 0 {
-                        text.push(b',');
-                    }
-                    serde_json::to_writer(&mut text, &**r)?;
-                }
-                Ok::<_, serde_json::Error>(text)
-            },
-            |text| match text {
-                Ok(text) if failed.is_none() => {
-                    if !std::mem::take(&mut first) {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(&text);
-                }
-                Ok(_) => {}
-                Err(e) => failed = Some(e),
-            },
-        );
-        if let Some(e) = failed {
-            return Err(e);
-        }
+        crate::par::write_joined("status text", &self.resources, out, |r, text| {
+            serde_json::to_writer(text, &**r)
+        })?;
         out.extend_from_slice(b"],\"diagnostics\":");
         serde_json::to_writer(&mut *out, &self.diagnostics)?;
         out.push(b'}');

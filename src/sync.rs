@@ -479,7 +479,7 @@ fn same_as_desired(text: &str, desired: &BTreeMap<ObjectKey, Object>) -> Option<
 }
 
 /// Appends the JSON of each entry, in key order, separated by commas (an array's items
-/// without its brackets): made on all cores ([`crate::par::map_batched`]) a batch of 4,096 at
+/// without its brackets): made on all cores ([`crate::par::write_joined`]) a batch of 4,096 at
 /// a time (bounded memory beside the record), in parts of 256, appended in order. The inventory's
 /// entries were a tenth of a cold sync's single-core time when serialized one by one.
 ///
@@ -491,36 +491,9 @@ fn write_entries(
     out: &mut Vec<u8>,
 ) -> std::result::Result<(), serde_json::Error> {
     let objects: Vec<&Object> = entries.values().collect();
-    let mut first = true;
-    let mut failed = None;
-    crate::par::map_batched(
-        "inventory text",
-        &objects,
-        4096,
-        256,
-        |part| {
-            let mut text = Vec::new();
-            for (i, object) in part.iter().enumerate() {
-                if i > 0 {
-                    text.push(b',');
-                }
-                object.write_json(&mut text)?;
-            }
-            Ok::<_, serde_json::Error>(text)
-        },
-        |text| match text {
-            Ok(text) if failed.is_none() => {
-                if !first {
-                    out.push(b',');
-                }
-                out.extend_from_slice(&text);
-                first = false;
-            }
-            Ok(_) => {}
-            Err(e) => failed = failed.take().or(Some(e)),
-        },
-    );
-    failed.map_or(Ok(()), Err)
+    crate::par::write_joined("inventory text", &objects, out, |o, text| {
+        o.write_json(text)
+    })
 }
 
 /// Gives each [`Write::Put`] of a desired object (the very object, shared) its JSON in the new

@@ -1507,13 +1507,8 @@ impl App {
                 .map(|l| l.objects)
                 .unwrap_or_default()
         };
-        let version_of = |key: &ObjectKey, live: Option<&Object>| {
-            in_force
-                .desired
-                .get(key)
-                .or(live)
-                .map_or(String::new(), |o| o.version().to_string())
-        };
+        let version_of =
+            |key: &ObjectKey, live: Option<&Object>| version_text(in_force.desired.get(key), live);
         let mut status_kinds = health::StatusKinds::from_objects(crds(&in_force.desired));
         // An object with no status yet is Progressing when its kind's CRD declares a status
         // subresource: the CRDs not among the app's own are read from the store, only when
@@ -1624,9 +1619,7 @@ impl App {
                     &status_kinds,
                 ),
             };
-            let version = declared
-                .or(stored.map(|s| s.unstamped()))
-                .map_or(String::new(), |o| o.version().to_string());
+            let version = version_text(*declared, stored.map(|s| s.unstamped()));
             // Shared from here on: the status keeps this one (no second copy of 100,000
             // of them next to the list they were judged into).
             let r = resource(&step.key, version, *sync_status, health, message.clone());
@@ -2223,6 +2216,14 @@ fn first_fields(step: &crate::diff::Step) -> String {
 
 /// A planned step whose resource status is still to judge: its sync status and message.
 type Judged<'a> = (&'a crate::diff::Step, SyncStatus, Option<String>);
+
+/// The version a resource's status names (`v1`, `v1beta1`): the declaration's, else the live
+/// object's; empty without either.
+fn version_text(declared: Option<&Object>, live: Option<&Object>) -> String {
+    declared
+        .or(live)
+        .map_or(String::new(), |o| o.version().to_string())
+}
 
 /// A judged step with its object as stored and as declared.
 type Found<'a> = (

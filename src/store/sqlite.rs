@@ -861,11 +861,11 @@ fn commit_writes(
 const CREATES_PER_INSERT: usize = 64;
 
 /// Creates inserted [`CREATES_PER_INSERT`] rows to a statement (`INSERT ... VALUES (...),
-/// (...)`), the rest one by one. Within one statement SQLite keeps its cursor on the index
-/// between rows, and a key past the last one (a sync's creates come in key order) is placed
-/// without a search from the root (`sqlite3BtreeIndexMoveto`'s check of the last page):
-/// one statement per object spent half of each insert comparing keys on the way down the
-/// index, and the inserting thread bounds a cold sync's commit. A key already there fails the
+/// (...)`), the rest one by one. Within one statement SQLite keeps its cursors open between
+/// rows instead of preparing, binding and resetting a statement per object: the inserting
+/// thread, which bounds a cold sync's commit, runs 23% fewer instructions at 10,000 objects.
+/// (The index's key comparisons stay most of an insert: `sqlite3BtreeIndexMoveto`'s shortcut
+/// for a key past the last one applies to few of these rows.) A key already there fails the
 /// whole statement (none of its rows stay), which is then told as that key's conflict.
 struct Creates<'t> {
     many: rusqlite::CachedStatement<'t>,
@@ -1770,20 +1770,10 @@ mod tests {
                 "{there}: {err}"
             );
             assert_eq!(store.revision().await.unwrap(), before);
-            assert!(
-                store
-                    .get(&config_map(300, 0).key())
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
-            assert!(
-                store
-                    .get(&config_map(499, 0).key())
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
+            for i in [300, 499] {
+                let key = config_map(i, 0).key();
+                assert!(store.get(&key).await.unwrap().is_none(), "{there}: {key}");
+            }
         }
     }
 
